@@ -1,0 +1,94 @@
+"""Reset schedules: where in the episode horizon each env starts.
+
+With synchronized starts every PPO batch of K steps holds the same slice of the horizon H,
+so the data cycles through the horizon (cyclical nonstationarity). ``random_counter``
+randomizes only the first timeout counter (states still start at t = 0); ``staggered``
+spreads B groups evenly over [0, H) and pre-advances each group to its offset, so the
+batch holds states from the whole horizon from the first iteration on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SCHEDULES = ("sync", "random_counter", "staggered")
+WARMUPS = ("zero", "random", "policy")
+
+
+class ResetSchedule:
+    """Start offsets of every env, in control steps into the episode."""
+
+    def __init__(self, schedule: str, num_envs: int, horizon: int, rollout_length: int,
+                 num_groups: int | None = None, warmup: str = "zero"):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown reset schedule {schedule!r}; valid: {list(SCHEDULES)}")
+        if warmup not in WARMUPS:
+            raise ValueError(f"unknown warm-up policy {warmup!r}; valid: {list(WARMUPS)}")
+        if rollout_length < 1 or horizon < 1:
+            raise ValueError("horizon and rollout_length must be >= 1")
+        self.schedule = schedule
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.warmup = warmup
+        groups = num_groups or math.ceil(horizon / rollout_length)
+        self.num_groups = max(1, min(groups, num_envs, horizon))
+        self.group = torch.arange(num_envs) % self.num_groups
+        self.group_offsets = (torch.arange(self.num_groups) * horizon) // self.num_groups
+
+    @property
+    def prewarm(self) -> bool:
+        """Whether states must be advanced before training (only ``staggered``)."""
+        return self.schedule == "staggered" and self.num_groups > 1
+
+    def offsets(self) -> torch.Tensor:
+        """Target episode step of every env when training starts [N]."""
+        if self.schedule == "staggered":
+            return self.group_offsets[self.group]
+        return torch.zeros(self.num_envs, dtype=torch.long)
+
+    def initial_counters(self, generator: torch.Generator) -> torch.Tensor:
+        """Episode-length counters at the start of training [N] (states handled separately)."""
+        if self.schedule == "random_counter":
+            return torch.randint(0, self.horizon, (self.num_envs,), generator=generator)
+        return self.offsets()
+
+    def state_dict(self) -> dict:
+        return {"schedule": self.schedule, "num_groups": self.num_groups,
+                "horizon": self.horizon, "group": self.group.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["schedule"] != self.schedule or state["horizon"] != self.horizon:
+            raise ValueError(
+                f"checkpoint reset schedule {state['schedule']!r} (H={state['horizon']}) does not "
+                f"match the configured {self.schedule!r} (H={self.horizon})"
+            )
+        self.num_groups = state["num_groups"]
+        self.group = state["group"].clone()
+        self.group_offsets = (torch.arange(self.num_groups) * self.horizon) // self.num_groups
+
+
+class PhaseHistogram:
+    """Histogram of episode phase (step / H) over the env steps of one batch."""
+
+    def __init__(self, num_bins: int = 20):
+        self.num_bins = num_bins
+        self.counts = torch.zeros(num_bins, dtype=torch.long)
+
+    def record(self, episode_length: torch.Tensor, horizon: int) -> None:
+        bins = (episode_length * self.num_bins // horizon).clamp(0, self.num_bins - 1)
+        self.counts += torch.bincount(bins, minlength=self.num_bins)
+
+    def pop(self) -> tuple[torch.Tensor, float]:
+        """The normalized histogram since the last pop, and its uniformity in [0, 1].
+
+        Uniformity is the entropy of the histogram over log(bins): 1 when every phase of
+        the horizon is equally present, 0 when the whole batch sits in one slice.
+        """
+        total = self.counts.sum().clamp(min=1)
+        p = self.counts.double() / total
+        nz = p[p > 0]
+        uniformity = float(-(nz * nz.log()).sum() / math.log(self.num_bins))
+        self.counts.zero_()
+        return p, uniformity

@@ -1,0 +1,203 @@
+"""The batched locomotion environment: N quadrupeds, one task, autoreset, reset schedules.
+
+``step(actions) -> obs, reward, terminated, truncated, info`` on [N, ...] tensors.
+Failures (``terminated``) are kept apart from time-outs (``truncated``) so the learner can
+bootstrap the latter from ``info["final_obs"]``, the observation of the last state of
+every episode that ended this step, taken before the autoreset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from omegaconf import DictConfig
+
+from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
+from locomotion.sim.model_builder import SolverProfile, build_model
+from locomotion.sim.native import NativeBackend
+from locomotion.sim.robot_spec import load_robot_spec
+from tasks import task_class
+
+BACKENDS = ("native",)
+Obs = dict[str, torch.Tensor]
+
+
+def make_backend(cfg: DictConfig, model, num_envs: int):
+    """The physics backend named by ``cfg.backend``."""
+    if cfg.backend == "native":
+        return NativeBackend(model, num_envs, nthread=cfg.get("nthread"))
+    raise ValueError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
+
+
+class LocomotionEnv:
+    """N envs of one robot and task, stepped together on one backend."""
+
+    def __init__(self, cfg: DictConfig):
+        if cfg.num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
+        self.cfg = cfg
+        self.num_envs = int(cfg.num_envs)
+        self.spec = load_robot_spec(cfg.robot.spec)
+        self.solver = SolverProfile(**cfg.solver)
+        self.model, self.layout = build_model(self.spec, self.solver)
+        self.sim = make_backend(cfg.sim, self.model, self.num_envs)
+        self.device = self.sim.device
+        self.control_dt = float(cfg.task.control_dt)
+        self.decimation = round(self.control_dt / self.solver.timestep)
+        if abs(self.decimation * self.solver.timestep - self.control_dt) > 1e-9:
+            raise ValueError(f"control_dt {self.control_dt} is not a multiple of the solver "
+                             f"timestep {self.solver.timestep}")
+        self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
+        self.gen = torch.Generator().manual_seed(int(cfg.seed))
+        self.task = task_class(cfg.task.name)(cfg.task, self.spec, self.layout, self.num_envs,
+                                             self.control_dt, self.gen)
+        self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
+                                      int(cfg.rollout_length), cfg.reset.get("num_groups"),
+                                      cfg.reset.get("warmup", "zero"))
+        self.phase = PhaseHistogram()
+        self.num_actions = self.spec.num_actions
+        self.action_clip = float(cfg.task.action_clip)
+        self._actuator_ids = torch.as_tensor(self.layout.actuator_ids)
+        self._ctrl = torch.tensor(self.layout.default_ctrl, dtype=torch.float64).repeat(
+            self.num_envs, 1) if self.spec.actuation == "pd" else torch.zeros(
+            self.num_envs, self.model.nu, dtype=torch.float64)
+        self._default_ctrl = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
+        self.actions = torch.zeros(self.num_envs, self.num_actions)
+        self._episode_sums: dict[str, torch.Tensor] = {}
+        self.diverged_count = 0
+        self.obs: Obs = {}
+
+    # ------------------------------------------------------------------ api
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """Actuator controls applied by the last step [N, nu]."""
+        return self._ctrl
+
+    @property
+    def observation_sizes(self) -> dict[str, int]:
+        return {k: v.shape[1] for k, v in self.obs.items()}
+
+    def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None) -> Obs:
+        """Reset every env and apply the reset schedule; returns the first observation.
+
+        ``staggered`` steps the batch with the warm-up policy so that each group enters
+        training ``offset`` steps into an episode; ``warmup_policy`` is used when the
+        schedule's warm-up is ``policy``.
+        """
+        all_ids = torch.arange(self.num_envs)
+        self._reset_envs(all_ids)
+        if self.schedule.prewarm:
+            self._prewarm(warmup_policy)
+        self.episode_length[:] = self.schedule.initial_counters(self.gen)
+        self._episode_sums = {}
+        self.diverged_count = 0
+        self.phase.pop()
+        return self.obs
+
+    def step(self, actions: torch.Tensor):
+        """Apply ``actions`` [N, num_actions] for one control step; autoreset finished envs."""
+        actions = self._check_actions(actions)
+        self._ctrl[:, self._actuator_ids] = (
+            self._default_ctrl + self.spec.action_scale * actions).double()
+        self.sim.step(self._ctrl.numpy(), self.decimation)
+        self.episode_length += 1
+        self.phase.record(self.episode_length - 1, self.max_episode_length)
+        self.task.advance_commands()
+
+        world = self.task.world(self.sim)
+        diverged = self.sim.diverged.clone()
+        terminated = self.task.terminations(world) | diverged
+        truncated = (self.episode_length >= self.max_episode_length) & ~terminated
+        reward, terms = self.task.rewards(world, actions, self.actions)
+        reward = torch.where(diverged, 0.0, reward)
+        lin_err, yaw_err = self.task.tracking_errors(world)
+        self._accumulate(reward, terms, lin_err, yaw_err)
+        self.actions = actions
+        obs = self.task.observations(world, actions)
+
+        info: dict = {}
+        done = terminated | truncated
+        done_ids = done.nonzero().squeeze(1)
+        if len(done_ids):
+            info["final_obs"] = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in obs.items()}
+            info["episode"] = self._finish_episodes(done_ids, truncated)
+            n_div = int(diverged.sum())
+            self.diverged_count += n_div
+            info["diverged"] = n_div
+            self._reset_envs(done_ids, obs)
+        self.obs = obs
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.sim.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        actions = torch.as_tensor(actions, dtype=torch.float32)
+        if actions.shape != (self.num_envs, self.num_actions):
+            raise ValueError(f"actions must have shape ({self.num_envs}, {self.num_actions}) "
+                             f"(num_envs, num_actions), got {tuple(actions.shape)}")
+        if not torch.isfinite(actions).all():
+            bad = (~torch.isfinite(actions)).any(1).nonzero().squeeze(1)[:10].tolist()
+            raise ValueError(f"actions contain NaN or inf (envs {bad}...)")
+        return actions.clamp(-self.action_clip, self.action_clip)
+
+    def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
+        """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
+        qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
+        self.sim.reset(env_ids, qpos, qvel)
+        self.task.reset(env_ids)
+        self.episode_length[env_ids] = 0
+        self.actions[env_ids] = 0.0
+        fresh = self.task.observations(self.task.world(self.sim, env_ids), self.actions, env_ids)
+        if obs is None:
+            if not self.obs:
+                self.obs = {k: torch.zeros(self.num_envs, v.shape[1]) for k, v in fresh.items()}
+            obs = self.obs
+        for k, v in fresh.items():
+            obs[k][env_ids] = v
+
+    def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
+        """Step the batch so that group g has lived offset_g steps when training starts."""
+        offsets = self.schedule.offsets()
+        total = int(offsets.max())
+        mode = self.schedule.warmup
+        if mode == "policy" and warmup_policy is None:
+            raise ValueError("reset.warmup=policy needs a warm-up policy passed to reset()")
+        for s in range(total):
+            if s > 0:
+                starting = (offsets == total - s).nonzero().squeeze(1)
+                if len(starting):
+                    self._reset_envs(starting)
+            if mode == "zero":
+                act = torch.zeros(self.num_envs, self.num_actions)
+            elif mode == "random":
+                act = torch.randn(self.num_envs, self.num_actions, generator=self.gen)
+            else:
+                act = warmup_policy(self.obs)
+            self.step(act)
+        self._reset_envs((offsets == 0).nonzero().squeeze(1))
+
+    def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:
+        sums = self._episode_sums
+        if not sums:
+            zeros = torch.zeros(self.num_envs)
+            sums.update({k: zeros.clone() for k in ("return", "lin_vel_error", "yaw_error",
+                                                    *terms)})
+        sums["return"] += reward
+        sums["lin_vel_error"] += lin_err
+        sums["yaw_error"] += yaw_err
+        for k, v in terms.items():
+            sums[k] += v
+
+    def _finish_episodes(self, ids: torch.Tensor, truncated: torch.Tensor) -> dict:
+        """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""
+        length = self.episode_length[ids].float()
+        out = {"length": length, "timeout": truncated[ids].float()}
+        for k, v in self._episode_sums.items():
+            vals = v[ids]
+            out[k] = vals / length.clamp(min=1) if k.endswith("error") else vals
+            v[ids] = 0.0
+        return out

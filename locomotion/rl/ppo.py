@@ -1,0 +1,196 @@
+"""Proximal Policy Optimization with clipped objectives and KL-adaptive learning rate."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from locomotion.rl.actor_critic import ActorCritic
+from locomotion.rl.storage import RolloutStorage
+
+SCHEDULES = ("adaptive", "fixed")
+ADVANTAGE_NORMALIZATIONS = ("batch", "mini_batch", "none")
+LR_FACTOR = 1.5
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters; defaults follow common legged-robot practice."""
+
+    clip_param: float = 0.2
+    num_learning_epochs: int = 5
+    num_mini_batches: int = 4
+    value_loss_coef: float = 1.0
+    use_clipped_value_loss: bool = True
+    entropy_coef: float = 0.01
+    gamma: float = 0.99
+    lam: float = 0.95
+    learning_rate: float = 1e-3
+    schedule: str = "adaptive"
+    desired_kl: float = 0.01
+    min_learning_rate: float = 1e-5
+    max_learning_rate: float = 1e-2
+    max_grad_norm: float = 1.0
+    advantage_normalization: str = "batch"
+
+    def __post_init__(self) -> None:
+        """Reject unknown option names at construction rather than mid-training."""
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if self.advantage_normalization not in ADVANTAGE_NORMALIZATIONS:
+            raise ValueError(
+                f"unknown advantage_normalization {self.advantage_normalization!r}; "
+                f"valid: {', '.join(ADVANTAGE_NORMALIZATIONS)}"
+            )
+
+
+def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean_new: Tensor, std_new: Tensor) -> Tensor:
+    """Return KL(old || new) between diagonal Gaussians, summed over action dims."""
+    kl = (
+        torch.log(std_new / std_old)
+        + (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
+        - 0.5
+    )
+    return kl.sum(-1)
+
+
+class PPO:
+    """Updates an ``ActorCritic`` from a filled ``RolloutStorage``.
+
+    ``grad_reduce`` receives the list of parameter gradients before clipping and must reduce
+    them in place (e.g. all-reduce mean); ``kl_reduce`` does the same for the 0-dim KL tensor
+    so every rank adapts its learning rate identically. Steps whose loss or (reduced)
+    gradient norm is non-finite are skipped and counted.
+    """
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        config: PPOConfig | None = None,
+        *,
+        grad_reduce: Callable[[list[Tensor]], None] | None = None,
+        kl_reduce: Callable[[Tensor], None] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        """Create the Adam optimizer; ``generator`` (CPU) seeds mini-batch shuffling."""
+        self.policy = policy
+        self.config = config or PPOConfig()
+        self.grad_reduce = grad_reduce
+        self.kl_reduce = kl_reduce
+        self.generator = generator
+        self.learning_rate = self.config.learning_rate
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate)
+
+    @torch.no_grad()
+    def compute_returns(self, storage: RolloutStorage, last_critic_obs: Tensor) -> None:
+        """Bootstrap from the critic on the post-rollout observation and fill GAE targets."""
+        cfg = self.config
+        storage.compute_returns(
+            self.policy.value(last_critic_obs),
+            cfg.gamma,
+            cfg.lam,
+            normalize_advantages=cfg.advantage_normalization == "batch",
+        )
+
+    def _set_learning_rate(self, lr: float) -> None:
+        """Store ``lr`` and push it into every optimizer parameter group."""
+        self.learning_rate = lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _adapt_learning_rate(self, kl: float) -> None:
+        """Shrink the step size when the policy moved too far, grow it when it barely moved."""
+        cfg = self.config
+        if kl > 2.0 * cfg.desired_kl:
+            self._set_learning_rate(max(self.learning_rate / LR_FACTOR, cfg.min_learning_rate))
+        elif kl < 0.5 * cfg.desired_kl:
+            self._set_learning_rate(min(self.learning_rate * LR_FACTOR, cfg.max_learning_rate))
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """Run the PPO epochs over ``storage`` (returns already computed); return mean statistics.
+
+        The KL of each mini-batch compares the rollout policy with the current parameters
+        just before that mini-batch's step, and drives the adaptive learning rate.
+        Skipped (non-finite) steps neither move the weights nor adapt the learning rate.
+        Statistics are averaged over applied steps (NaN if none were applied).
+        """
+        cfg = self.config
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        totals = dict.fromkeys(
+            ("surrogate_loss", "value_loss", "entropy", "kl", "clip_fraction"), 0.0
+        )
+        applied = skipped = 0
+        batches = storage.mini_batches(
+            cfg.num_mini_batches,
+            cfg.num_learning_epochs,
+            self.generator,
+            normalize_advantages=cfg.advantage_normalization == "mini_batch",
+        )
+        for batch in batches:
+            dist = self.policy.distribution(batch.obs)
+            log_prob = dist.log_prob(batch.actions).sum(-1)
+            entropy = dist.entropy().sum(-1).mean()
+            values = self.policy.value(batch.critic_obs)
+
+            with torch.no_grad():
+                kl = gaussian_kl(batch.action_mean, batch.action_std, dist.mean, dist.stddev).mean()
+                if self.kl_reduce is not None:
+                    self.kl_reduce(kl)
+
+            ratio = torch.exp(log_prob - batch.log_probs)
+            clipped_ratio = ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)
+            surrogate_loss = torch.max(
+                -batch.advantages * ratio, -batch.advantages * clipped_ratio
+            ).mean()
+            value_error = (values - batch.returns) ** 2
+            if cfg.use_clipped_value_loss:
+                clipped_values = batch.values + (values - batch.values).clamp(
+                    -cfg.clip_param, cfg.clip_param
+                )
+                value_error = torch.max(value_error, (clipped_values - batch.returns) ** 2)
+            value_loss = value_error.mean()
+            loss = surrogate_loss + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+
+            self.optimizer.zero_grad()
+            loss.backward()
+            if self.grad_reduce is not None:
+                self.grad_reduce([p.grad for p in params if p.grad is not None])
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
+                self.optimizer.zero_grad()
+                skipped += 1
+                continue
+
+            kl_value = kl.item()
+            if cfg.schedule == "adaptive":
+                self._adapt_learning_rate(kl_value)
+            self.optimizer.step()
+
+            applied += 1
+            totals["surrogate_loss"] += surrogate_loss.item()
+            totals["value_loss"] += value_loss.item()
+            totals["entropy"] += entropy.item()
+            totals["kl"] += kl_value
+            totals["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
+
+        stats = {k: v / applied if applied else float("nan") for k, v in totals.items()}
+        stats["learning_rate"] = self.learning_rate
+        stats["action_std"] = self.policy.action_std.mean().item()
+        stats["nonfinite_skipped"] = float(skipped)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return policy, optimizer and current learning rate for checkpointing."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.learning_rate,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint produced by ``state_dict``."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._set_learning_rate(state["learning_rate"])

@@ -1,0 +1,45 @@
+"""The interface every physics backend implements, so envs never touch MuJoCo structs."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class SimBackend(Protocol):
+    """N worlds of one model, stepped together; state and sensors as [N, ...] tensors.
+
+    ``qpos``, ``qvel`` and ``sensordata`` reflect the last ``step`` or ``reset``;
+    ``substep_sensordata`` holds the sensors after every physics substep of the last
+    step ([N, substeps, nsensordata]) so contact events shorter than a control step count.
+    ``diverged`` flags worlds whose physics went non-finite or were reset by MuJoCo's own
+    instability guard during the last step.
+    """
+
+    num_envs: int
+    device: torch.device
+    timestep: float
+
+    @property
+    def qpos(self) -> torch.Tensor: ...
+
+    @property
+    def qvel(self) -> torch.Tensor: ...
+
+    @property
+    def sensordata(self) -> torch.Tensor: ...
+
+    @property
+    def substep_sensordata(self) -> torch.Tensor: ...
+
+    @property
+    def diverged(self) -> torch.Tensor: ...
+
+    def step(self, ctrl: torch.Tensor, nsubsteps: int) -> None: ...
+
+    def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None: ...
+
+    def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,197 @@
+"""Build the simulated model of a robot from its spec: one path for every robot.
+
+The robot's MJCF supplies bodies, joints and geoms. This module replaces its world with a
+ground plane, adds PD position actuators (``actuation: pd``) and the sensors the task
+reads, applies a solver profile, and records where everything lives in the state and
+sensor vectors so the task never looks names up in a hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from locomotion.sim.robot_spec import RobotSpec, RobotSpecError
+
+CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+INTEGRATORS = {
+    "euler": mujoco.mjtIntegrator.mjINT_EULER,
+    "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,
+    "implicit": mujoco.mjtIntegrator.mjINT_IMPLICIT,
+    "rk4": mujoco.mjtIntegrator.mjINT_RK4,
+}
+
+
+@dataclass(frozen=True)
+class SolverProfile:
+    """Physics settings traded between speed (training) and fidelity (evaluation)."""
+
+    name: str
+    timestep: float
+    cone: str
+    impratio: float
+    foot_condim: int
+    iterations: int
+    ls_iterations: int
+    integrator: str = "implicitfast"
+
+    def __post_init__(self) -> None:
+        if self.cone not in CONES:
+            raise ValueError(f"solver cone {self.cone!r} is not one of {list(CONES)}")
+        if self.integrator not in INTEGRATORS:
+            raise ValueError(
+                f"solver integrator {self.integrator!r} is not one of {list(INTEGRATORS)}"
+            )
+        if self.foot_condim not in (1, 3, 4, 6):
+            raise ValueError(f"foot_condim {self.foot_condim} is not one of [1, 3, 4, 6]")
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """Where the spec's named parts live in qpos, qvel, ctrl and sensordata."""
+
+    nq: int
+    nv: int
+    nu: int
+    joint_qpos: np.ndarray  # [J] qpos address per spec joint
+    joint_qvel: np.ndarray  # [J]
+    joint_range: np.ndarray  # [J, 2]
+    actuator_ids: np.ndarray  # [A] ctrl index per spec actuator, in action order
+    default_ctrl: np.ndarray  # [A]
+    sensors: dict[str, slice]  # sensor name -> slice of sensordata
+
+    def columns(self, names: list[str] | tuple[str, ...]) -> np.ndarray:
+        """Sensordata columns of several sensors, concatenated in order."""
+        return np.concatenate([np.arange(self.sensors[n].start, self.sensors[n].stop)
+                               for n in names])
+
+
+def build_model(spec: RobotSpec, solver: SolverProfile) -> tuple[mujoco.MjModel, ModelLayout]:
+    """Compile the robot of ``spec`` under ``solver`` and return it with its layout."""
+    mj = mujoco.MjSpec.from_file(str(spec.mjcf))
+    base = _find(mj, "body", spec.base_body)
+    _replace_world(mj, base)
+    _check_names(mj, spec)
+    for s in list(mj.sensors):
+        mj.delete(s)
+    for k in list(mj.keys):
+        mj.delete(k)
+    if spec.actuation == "pd":
+        for a in list(mj.actuators):
+            mj.delete(a)
+        for j, name in enumerate(spec.joints):
+            joint = mj.joint(name)
+            act = mj.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+            act.set_to_position(kp=spec.kp[j], kv=spec.kd[j])
+            act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            act.forcerange = [-spec.torque_limits[j], spec.torque_limits[j]]
+            act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            act.ctrlrange = list(joint.range)
+    _add_sensors(mj, spec, base)
+    _apply_solver(mj, spec, solver)
+    model = mj.compile()
+    return model, _layout(model, spec)
+
+
+def _find(mj: mujoco.MjSpec, kind: str, name: str):
+    """Element of ``kind`` named ``name``; an unknown name lists the valid ones."""
+    element = getattr(mj, kind)(name)
+    if element is None:
+        valid = [e.name for e in getattr(mj, kind + ("ies" if kind == "body" else "s")) if e.name]
+        raise RobotSpecError(f"robot has no {kind} {name!r}; valid {kind} names: {valid}")
+    return element
+
+
+def _check_names(mj: mujoco.MjSpec, spec: RobotSpec) -> None:
+    for name in spec.joints:
+        _find(mj, "joint", name)
+    if spec.actuation == "model":
+        for name in spec.actuators:
+            _find(mj, "actuator", name)
+    for name in spec.feet:
+        _find(mj, "geom", name)
+    for name in spec.terminate_contacts + spec.undesired_contacts:
+        _find(mj, "body", name)
+
+
+def _replace_world(mj: mujoco.MjSpec, base) -> None:
+    """Drop everything in the world but the robot, then lay a ground plane."""
+    world = mj.worldbody
+    for body in list(world.bodies):
+        if body.name != base.name:
+            mj.delete(body)
+    for geom in list(world.geoms):
+        mj.delete(geom)
+    for site in list(world.sites):
+        mj.delete(site)
+    world.add_geom(
+        name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+        contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+        rgba=[0.35, 0.4, 0.45, 1],
+    )
+    if not any(light for light in mj.lights):
+        world.add_light(pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
+
+
+def _add_sensors(mj: mujoco.MjSpec, spec: RobotSpec, base) -> None:
+    site_t = mujoco.mjtObj.mjOBJ_SITE
+    base.add_site(name="imu", pos=[0, 0, 0])
+    for kind, name in ((mujoco.mjtSensor.mjSENS_FRAMEQUAT, "base_quat"),
+                       (mujoco.mjtSensor.mjSENS_GYRO, "base_gyro"),
+                       (mujoco.mjtSensor.mjSENS_ACCELEROMETER, "base_acc"),
+                       (mujoco.mjtSensor.mjSENS_VELOCIMETER, "base_linvel")):
+        mj.add_sensor(name=name, type=kind, objtype=site_t, objname="imu")
+    for foot in spec.feet:
+        geom = mj.geom(foot)
+        geom.parent.add_site(name=f"{foot}_site", pos=list(geom.pos))
+        mj.add_sensor(name=f"{foot}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS,
+                      objtype=site_t, objname=f"{foot}_site")
+        _add_contact(mj, f"{foot}_contact", mujoco.mjtObj.mjOBJ_GEOM, foot)
+    for body in spec.terminate_contacts + spec.undesired_contacts:
+        _add_contact(mj, f"{body}_contact", mujoco.mjtObj.mjOBJ_BODY, body)
+    for name in spec.actuators:
+        mj.add_sensor(name=f"{name}_force", type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                      objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=name)
+
+
+def _add_contact(mj: mujoco.MjSpec, name: str, objtype, objname: str) -> None:
+    """Contact sensor counting the contacts of one geom or body with anything."""
+    # intprm = (data bits, reduce, num): data bit 0 is "found"; reduce 0 keeps one match.
+    mj.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=objtype,
+                  objname=objname, intprm=[1, 0, 1])
+
+
+def _apply_solver(mj: mujoco.MjSpec, spec: RobotSpec, solver: SolverProfile) -> None:
+    opt = mj.option
+    opt.timestep = solver.timestep
+    opt.cone = CONES[solver.cone]
+    opt.impratio = solver.impratio
+    opt.iterations = solver.iterations
+    opt.ls_iterations = solver.ls_iterations
+    opt.integrator = INTEGRATORS[solver.integrator]
+    for foot in spec.feet:
+        mj.geom(foot).condim = solver.foot_condim
+
+
+def _layout(model: mujoco.MjModel, spec: RobotSpec) -> ModelLayout:
+    jids = [model.joint(n).id for n in spec.joints]
+    sensors = {
+        model.sensor(i).name: slice(int(model.sensor_adr[i]),
+                                    int(model.sensor_adr[i] + model.sensor_dim[i]))
+        for i in range(model.nsensor)
+    }
+    if spec.actuation == "pd":
+        default_ctrl = np.asarray(spec.default_pose)
+    else:
+        default_ctrl = np.zeros(len(spec.actuators))
+    return ModelLayout(
+        nq=model.nq, nv=model.nv, nu=model.nu,
+        joint_qpos=model.jnt_qposadr[jids].copy(),
+        joint_qvel=model.jnt_dofadr[jids].copy(),
+        joint_range=model.jnt_range[jids].copy(),
+        actuator_ids=np.array([model.actuator(n).id for n in spec.actuators]),
+        default_ctrl=default_ctrl,
+        sensors=sensors,
+    )

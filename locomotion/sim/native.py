@@ -1,0 +1,133 @@
+"""Native MuJoCo on all CPU cores: ``mujoco.rollout`` over N worlds with a persistent pool.
+
+The full physics state of every world lives in one float64 array [N, nstate]; torch
+tensors are zero-copy views of it. A step is one ``rollout`` call of ``nsubsteps`` physics
+steps for all worlds, spread over the pool's threads (one ``MjData`` per thread). Worlds
+share one ``MjModel`` until a parameter of theirs is randomized, then get their own copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import rollout
+
+_FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+
+def state_offsets(model: mujoco.MjModel) -> dict[str, int]:
+    """Offsets of time, qpos and qvel in a full-physics state vector."""
+    t = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_TIME)
+    q = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_QPOS)
+    return {"time": 0, "qpos": t, "qvel": t + q}
+
+
+class NativeBackend:
+    """N copies of a MuJoCo model stepped by ``mujoco.rollout`` threads."""
+
+    def __init__(self, model: mujoco.MjModel, num_envs: int, nthread: int | None = None):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.model = model
+        self.num_envs = num_envs
+        self.device = torch.device("cpu")
+        self.timestep = float(model.opt.timestep)
+        self.nthread = nthread or os.cpu_count() or 1
+        self._pool = rollout.Rollout(nthread=self.nthread if self.nthread > 1 else 0)
+        self._datas = [mujoco.MjData(model) for _ in range(max(self.nthread, 1))]
+        self.models: list[mujoco.MjModel] = [model] * num_envs
+        self._own_model = np.zeros(num_envs, dtype=bool)
+
+        nstate = mujoco.mj_stateSize(model, _FULL)
+        off = state_offsets(model)
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)
+        init = np.empty(nstate)
+        mujoco.mj_getState(model, data, init, _FULL)
+        self._state = np.tile(init, (num_envs, 1))
+        self._time = self._state[:, 0]
+        self._qpos = self._state[:, off["qpos"]:off["qpos"] + model.nq]
+        self._qvel = self._state[:, off["qvel"]:off["qvel"] + model.nv]
+        self._sensor = np.tile(data.sensordata, (num_envs, 1, 1))
+        self._out = np.empty((num_envs, 1, nstate))
+        self._ctrl = np.empty((num_envs, 1, model.nu))
+        self._diverged = np.zeros(num_envs, dtype=bool)
+        self._views = {
+            name: torch.from_numpy(arr)
+            for name, arr in (("qpos", self._qpos), ("qvel", self._qvel),
+                              ("diverged", self._diverged))
+        }
+        self._sens_t = torch.from_numpy(self._sensor)
+
+    @property
+    def state(self) -> np.ndarray:
+        """Full-physics state of every world [N, nstate] (MuJoCo's mjSTATE_FULLPHYSICS)."""
+        return self._state
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        return self._views["qpos"]
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        return self._views["qvel"]
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        return self._sens_t[:, -1]
+
+    @property
+    def substep_sensordata(self) -> torch.Tensor:
+        return self._sens_t
+
+    @property
+    def diverged(self) -> torch.Tensor:
+        return self._views["diverged"]
+
+    def _ensure_buffers(self, nsubsteps: int) -> None:
+        if self._out.shape[1] != nsubsteps:
+            n, nstate = self._state.shape
+            self._out = np.empty((n, nsubsteps, nstate))
+            self._ctrl = np.empty((n, nsubsteps, self.model.nu))
+            self._sensor = np.empty((n, nsubsteps, self.model.nsensordata))
+            self._sens_t = torch.from_numpy(self._sensor)
+
+    def step(self, ctrl: torch.Tensor | np.ndarray, nsubsteps: int) -> None:
+        """Advance every world by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu]."""
+        self._ensure_buffers(nsubsteps)
+        self._ctrl[:] = np.asarray(ctrl)[:, None, :]
+        expected = self._time + nsubsteps * self.timestep
+        self._pool.rollout(self.models, self._datas, self._state, self._ctrl,
+                           skip_checks=True, nstep=nsubsteps, state=self._out,
+                           sensordata=self._sensor)
+        self._state[:] = self._out[:, -1]
+        # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
+        # any non-finite value the guard let through.
+        self._diverged[:] = (self._time < expected - 0.5 * self.timestep) | ~np.isfinite(
+            self._state).all(axis=1)
+
+    def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Put worlds ``env_ids`` in the given state at time 0."""
+        ids = np.asarray(env_ids)
+        self._state[ids] = 0.0
+        self._qpos[ids] = np.asarray(qpos, dtype=np.float64)
+        self._qvel[ids] = np.asarray(qvel, dtype=np.float64)
+        self._diverged[ids] = False
+
+    def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None:
+        """Set model field ``field`` of worlds ``env_ids`` (values [len(ids), *field shape])."""
+        if not hasattr(self.model, field):
+            raise ValueError(f"MjModel has no field {field!r}")
+        vals = np.asarray(values, dtype=np.float64)
+        for row, i in enumerate(np.asarray(env_ids).tolist()):
+            if not self._own_model[i]:
+                self.models[i] = copy.copy(self.model)
+                self._own_model[i] = True
+            getattr(self.models[i], field)[:] = vals[row]
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,160 @@
+"""Robot specs: what a quadruped's MJCF means to the task (joints, pose, gains, feet, contacts).
+
+A spec is a YAML file beside the MJCF (``robots/<name>/spec.yaml``). Per-joint values are
+given as ``{regex: value}`` maps, resolved against the joint list; every joint must match
+exactly one pattern so that a typo cannot silently leave a joint at zero.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from robots import ROBOTS_DIR
+
+ACTUATION_MODES = ("pd", "model")
+
+
+class RobotSpecError(ValueError):
+    """A robot spec that names something that does not exist or is malformed."""
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """Resolved robot spec; per-joint values are tuples in ``joints`` order."""
+
+    name: str
+    mjcf: Path
+    base_body: str
+    joints: tuple[str, ...]
+    actuation: str
+    actuators: tuple[str, ...]
+    default_pose: tuple[float, ...]
+    kp: tuple[float, ...]
+    kd: tuple[float, ...]
+    torque_limits: tuple[float, ...]
+    action_scale: float
+    init_height: float
+    feet: tuple[str, ...]
+    terminate_contacts: tuple[str, ...]
+    undesired_contacts: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def num_actions(self) -> int:
+        return len(self.actuators)
+
+
+_REQUIRED = ("name", "mjcf", "base_body", "joints", "default_pose", "action_scale",
+             "init_height", "feet", "terminate_contacts")
+_KNOWN = tuple(f.name for f in fields(RobotSpec))
+
+
+def available_robots() -> list[str]:
+    """Names of the robots shipped in ``robots/``."""
+    return sorted(p.parent.name for p in ROBOTS_DIR.glob("*/spec.yaml"))
+
+
+def load_robot_spec(name_or_path: str | os.PathLike) -> RobotSpec:
+    """Load a spec by robot name (``go1``) or by the path of a spec YAML file."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = ROBOTS_DIR / str(name_or_path) / "spec.yaml"
+        if not path.is_file():
+            raise RobotSpecError(
+                f"unknown robot {str(name_or_path)!r}; available robots: {available_robots()} "
+                "(or give the path of a spec.yaml)"
+            )
+    elif not path.is_file():
+        raise RobotSpecError(f"robot spec file {path} does not exist")
+    raw = yaml.safe_load(path.read_text()) or {}
+    return parse_robot_spec(raw, path.parent)
+
+
+def parse_robot_spec(raw: dict, spec_dir: Path) -> RobotSpec:
+    """Validate a raw spec mapping and resolve its per-joint patterns."""
+    unknown = sorted(set(raw) - set(_KNOWN))
+    if unknown:
+        raise RobotSpecError(f"unknown robot spec keys {unknown}; valid keys: {sorted(_KNOWN)}")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise RobotSpecError(f"robot spec {raw.get('name', '?')!r} is missing keys {missing}")
+    actuation = raw.get("actuation", "pd")
+    if actuation not in ACTUATION_MODES:
+        raise RobotSpecError(f"actuation {actuation!r} is not one of {list(ACTUATION_MODES)}")
+    joints = tuple(raw["joints"])
+    if actuation == "pd":
+        if "actuators" in raw:
+            raise RobotSpecError("'actuators' is only for actuation: model; pd actuates 'joints'")
+        for key in ("kp", "kd", "torque_limits"):
+            if key not in raw:
+                raise RobotSpecError(f"actuation: pd needs {key!r} in the robot spec")
+        actuators = joints
+    else:
+        if "actuators" not in raw:
+            raise RobotSpecError("actuation: model needs the list 'actuators' in the robot spec")
+        actuators = tuple(raw["actuators"])
+
+    def per_joint(key: str) -> tuple[float, ...]:
+        return resolve_patterns(raw[key], joints, key) if key in raw else ()
+
+    return RobotSpec(
+        name=str(raw["name"]),
+        mjcf=resolve_mjcf(str(raw["mjcf"]), spec_dir),
+        base_body=str(raw["base_body"]),
+        joints=joints,
+        actuation=actuation,
+        actuators=actuators,
+        default_pose=per_joint("default_pose"),
+        kp=per_joint("kp"),
+        kd=per_joint("kd"),
+        torque_limits=per_joint("torque_limits"),
+        action_scale=float(raw["action_scale"]),
+        init_height=float(raw["init_height"]),
+        feet=tuple(raw["feet"]),
+        terminate_contacts=tuple(raw["terminate_contacts"]),
+        undesired_contacts=tuple(raw.get("undesired_contacts", ())),
+    )
+
+
+def resolve_patterns(patterns: dict, names: tuple[str, ...], what: str) -> tuple[float, ...]:
+    """Map ``{regex: value}`` onto ``names``; each name must match exactly one regex."""
+    values = []
+    for name in names:
+        hits = [p for p in patterns if re.fullmatch(p, name)]
+        if len(hits) != 1:
+            problem = "no pattern" if not hits else f"several patterns {hits}"
+            raise RobotSpecError(
+                f"{what}: joint {name!r} matches {problem}; patterns: {list(patterns)}, "
+                f"joints: {list(names)}"
+            )
+        values.append(float(patterns[hits[0]]))
+    return tuple(values)
+
+
+def resolve_mjcf(mjcf: str, spec_dir: Path) -> Path:
+    """Resolve ``mjcf`` relative to the spec, to an installed package, or to MuJoCo Menagerie.
+
+    ``dm_control:suite/quadruped.xml`` points into the installed dm-control package;
+    ``menagerie:unitree_go1/go1.xml`` into a local Menagerie checkout named by MENAGERIE_ROOT.
+    """
+    if mjcf.startswith("dm_control:"):
+        import dm_control
+
+        path = Path(dm_control.__file__).parent / mjcf.split(":", 1)[1]
+    elif mjcf.startswith("menagerie:"):
+        root = os.environ.get("MENAGERIE_ROOT")
+        if not root:
+            raise RobotSpecError(
+                f"{mjcf} needs MuJoCo Menagerie on disk: set MENAGERIE_ROOT to a local copy of "
+                "mujoco_menagerie (this project never downloads models at run time)"
+            )
+        path = Path(root) / mjcf.split(":", 1)[1]
+    else:
+        path = spec_dir / mjcf
+    if not path.is_file():
+        raise RobotSpecError(f"robot MJCF {path} does not exist")
+    return path

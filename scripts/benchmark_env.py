@@ -1,0 +1,114 @@
+"""Env steps/s with random actions against the raw physics limit, for several N.
+
+The raw limit is back-to-back ``mujoco.rollout`` calls on the same model, N, substeps and
+thread count with no Python work in between; the ratio says what the env costs on top of
+the physics. Prints a table; the last line is one JSON object.
+
+    python scripts/benchmark_env.py
+    python scripts/benchmark_env.py num_envs=4096 robot=dmc_quadruped
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+
+import hydra
+import mujoco
+import numpy as np
+import torch
+from mujoco import rollout
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from locomotion.config import CONFIG_DIR
+from locomotion.envs import LocomotionEnv
+from locomotion.sim.model_builder import SolverProfile, build_model
+
+
+def record_workload(env: LocomotionEnv, steps: int, gen: torch.Generator):
+    """Step ``env`` with random actions, keeping each step's start states and controls."""
+    states, ctrls = [], []
+    for _ in range(steps):
+        states.append(env.sim.state.copy())
+        env.step(torch.randn((env.num_envs, env.num_actions), generator=gen))
+        ctrls.append(np.repeat(env.ctrl.numpy()[:, None], env.decimation, axis=1))
+    return states, ctrls
+
+
+def raw_env_steps_per_s(model: mujoco.MjModel, nthread: int, states: list[np.ndarray],
+                        ctrls: list[np.ndarray]) -> float:
+    """Control steps/s of bare rollouts replaying the env's own start states and controls."""
+    n, nsub = ctrls[0].shape[:2]
+    out = np.empty((n, nsub, states[0].shape[1]))
+    sens = np.empty((n, nsub, model.nsensordata))
+    datas = [mujoco.MjData(model) for _ in range(max(nthread, 1))]
+    models = [model] * n
+    with rollout.Rollout(nthread=nthread if nthread > 1 else 0) as pool:
+        start = time.perf_counter()
+        for state, ctrl in zip(states, ctrls):
+            pool.rollout(models, datas, state, ctrl, skip_checks=True, nstep=nsub,
+                         state=out, sensordata=sens)
+        return len(states) * n / (time.perf_counter() - start)
+
+
+def env_steps_per_s(env: LocomotionEnv, steps: int, gen: torch.Generator) -> float:
+    shape = (env.num_envs, env.num_actions)
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(torch.randn(shape, generator=gen))
+    return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def measure(cfg: DictConfig, n: int) -> dict:
+    run_cfg = cfg.copy()
+    with open_dict(run_cfg):
+        run_cfg.num_envs = n
+    env = LocomotionEnv(run_cfg)
+    env.reset()
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    env_steps_per_s(env, cfg.warmup_steps, gen)
+    states, ctrls = record_workload(env, cfg.measure_steps, gen)
+    env_sps = env_steps_per_s(env, cfg.measure_steps, gen)
+    raw_sps = raw_env_steps_per_s(env.model, env.sim.nthread, states, ctrls)
+    row = {"num_envs": n, "env_steps_per_s": env_sps, "raw_env_steps_per_s": raw_sps,
+           "ratio": env_sps / raw_sps, "physics_steps_per_s": raw_sps * env.decimation}
+    if cfg.compare_solver:
+        solver = OmegaConf.load(CONFIG_DIR / "solver" / f"{cfg.compare_solver}.yaml")
+        profile = SolverProfile(**solver)
+        model, _ = build_model(env.spec, profile)
+        decimation = round(env.control_dt / profile.timestep)
+        ctrls = [np.repeat(c[:, :1], decimation, axis=1) for c in ctrls]
+        other = raw_env_steps_per_s(model, env.sim.nthread, states, ctrls)
+        row[f"raw_env_steps_per_s_{profile.name}"] = other
+        row[f"raw_speedup_over_{profile.name}"] = raw_sps / other
+        row[f"physics_steps_per_s_{profile.name}"] = other * decimation
+    row["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    env.close()
+    return row
+
+
+@hydra.main(config_path="../configs", config_name="benchmark_env", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    sizes = [cfg.num_envs] if cfg.num_envs else list(cfg.num_envs_list)
+    rows = []
+    print(f"robot={cfg.robot.spec} solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
+    header = f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'physics/s':>11}"
+    if cfg.compare_solver:
+        header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
+    print(header + f" {'max RSS MB':>10}")
+    for n in sizes:
+        r = measure(cfg, int(n))
+        rows.append(r)
+        line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f} {r['raw_env_steps_per_s']:>12.0f}"
+                f" {r['ratio']:>6.3f} {r['physics_steps_per_s']:>11.0f}")
+        if cfg.compare_solver:
+            name = cfg.compare_solver
+            line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"
+                     f" {r[f'raw_speedup_over_{name}']:>8.2f}")
+        print(line + f" {r['max_rss_mb']:>10.0f}", flush=True)
+    print(json.dumps({"robot": cfg.robot.spec, "solver": cfg.solver.name, "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Planar velocity tracking: follow (vx, vy, yaw rate) commands on flat ground.
+
+Commands, observation terms, reward terms and terminations of the classic legged-robot
+velocity task. Everything is read from the simulator's state vector and sensors only, so
+backends are interchangeable. Reward weights and observation scales come from config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse, yaw_quat
+from locomotion.sim.backend import SimBackend
+from locomotion.sim.model_builder import ModelLayout
+from locomotion.sim.robot_spec import RobotSpec
+
+
+@dataclass
+class World:
+    """What the task knows of a batch of envs after a step (all [n, ...])."""
+
+    base_pos: torch.Tensor
+    base_quat: torch.Tensor
+    base_lin_vel: torch.Tensor  # body frame
+    base_ang_vel: torch.Tensor  # body frame
+    gravity: torch.Tensor  # projected gravity, body frame
+    joint_pos: torch.Tensor
+    joint_vel: torch.Tensor
+    foot_contact: torch.Tensor  # bool, any contact during the control step
+    torques: torch.Tensor
+    bad_contact: torch.Tensor  # bool, a terminating body touched something
+    undesired_contacts: torch.Tensor  # number of undesired bodies in contact
+
+
+class VelocityTask:
+    """Commands, observations, rewards and terminations for velocity tracking."""
+
+    def __init__(self, cfg: DictConfig, spec: RobotSpec, layout: ModelLayout, num_envs: int,
+                 dt: float, generator: torch.Generator):
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.dt = dt
+        self.gen = generator
+        f32 = torch.float32
+        self.default_pose = torch.tensor(spec.default_pose, dtype=f32)
+        self.init_height = spec.init_height
+        self.joint_qpos = torch.as_tensor(layout.joint_qpos)
+        self.joint_qvel = torch.as_tensor(layout.joint_qvel)
+        rng = torch.as_tensor(layout.joint_range, dtype=f32)
+        mid, half = rng.mean(1), 0.5 * (rng[:, 1] - rng[:, 0]) * cfg.rewards.soft_joint_limit
+        self.soft_limits = torch.stack((mid - half, mid + half), dim=1)
+        def cols(names):
+            return torch.as_tensor(layout.columns(names))
+
+        self.foot_contact_cols = cols([f"{f}_contact" for f in spec.feet])
+        self.bad_contact_cols = cols([f"{b}_contact" for b in spec.terminate_contacts])
+        self.undesired_cols = (cols([f"{b}_contact" for b in spec.undesired_contacts])
+                               if spec.undesired_contacts else None)
+        self.torque_cols = cols([f"{a}_force" for a in spec.actuators])
+
+        self.commands = torch.zeros(num_envs, 3)
+        self.command_timer = torch.zeros(num_envs)
+        self.air_time = torch.zeros(num_envs, len(spec.feet))
+        self.last_contact = torch.ones(num_envs, len(spec.feet), dtype=torch.bool)
+        self.last_joint_vel = torch.zeros(num_envs, len(spec.joints))
+
+        r = cfg.rewards
+        self.tracking_sigma = float(r.tracking_sigma)
+        self.air_time_target = float(r.air_time_target)
+        self.clip_negative_total = bool(r.clip_negative_total)
+        self.max_tilt = float(cfg.terminations.max_tilt)
+        self.base_contact_terminates = bool(cfg.terminations.base_contact)
+        self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}
+        unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
+        if unknown:
+            raise ValueError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
+        for group, terms in cfg.observations.items():
+            bad = sorted(set(terms) - set(OBSERVATION_TERMS))
+            if bad:
+                raise ValueError(f"unknown observation terms {bad} in group {group!r}; "
+                                 f"valid: {sorted(OBSERVATION_TERMS)}")
+        self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32) for k, v in terms.items()}
+                           for g, terms in cfg.observations.items()}
+
+    # ----------------------------------------------------------------- commands / resets
+    def _uniform(self, n: int, low_high) -> torch.Tensor:
+        low, high = float(low_high[0]), float(low_high[1])
+        return low + (high - low) * torch.rand(n, generator=self.gen)
+
+    def sample_commands(self, env_ids: torch.Tensor) -> None:
+        """Draw new commands for ``env_ids``; a configured share stand still."""
+        c, n = self.cfg.commands, len(env_ids)
+        cmd = torch.stack((self._uniform(n, c.lin_vel_x), self._uniform(n, c.lin_vel_y),
+                           self._uniform(n, c.ang_vel_yaw)), dim=1)
+        stand = torch.rand(n, generator=self.gen) < c.standing_fraction
+        self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
+        self.command_timer[env_ids] = c.resample_time_s
+
+    def initial_state(self, env_ids: torch.Tensor, nq: int, nv: int):
+        """Spawn states for ``env_ids``: default pose scaled, random heading, small velocity."""
+        n, s = len(env_ids), self.cfg.init_state
+        qpos = torch.zeros(n, nq)
+        qvel = torch.zeros(n, nv)
+        qpos[:, 0:2] = self._uniform(2 * n, (-s.base_xy, s.base_xy)).view(n, 2)
+        qpos[:, 2] = self.init_height
+        qpos[:, 3:7] = yaw_quat(self._uniform(n, (-s.base_yaw, s.base_yaw)))
+        scale = self._uniform(n * len(self.default_pose), s.joint_pos_scale).view(n, -1)
+        qpos[:, self.joint_qpos] = self.default_pose * scale
+        qvel[:, 0:3] = self._uniform(3 * n, (-s.base_lin_vel, s.base_lin_vel)).view(n, 3)
+        qvel[:, 3:6] = self._uniform(3 * n, (-s.base_ang_vel, s.base_ang_vel)).view(n, 3)
+        return qpos, qvel
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        """Clear per-episode trackers of ``env_ids`` and give them new commands."""
+        self.sample_commands(env_ids)
+        self.air_time[env_ids] = 0.0
+        self.last_contact[env_ids] = True  # spawned standing on its feet
+        self.last_joint_vel[env_ids] = 0.0
+
+    def advance_commands(self) -> None:
+        """Count down command timers and resample the expired ones."""
+        self.command_timer -= self.dt
+        expired = (self.command_timer <= 0).nonzero().squeeze(1)
+        if len(expired):
+            self.sample_commands(expired)
+
+    # ----------------------------------------------------------------- world
+    def world(self, sim: SimBackend, env_ids: torch.Tensor | None = None) -> World:
+        """Read the batch (or the rows ``env_ids``) from the backend's state and sensors."""
+        idx = slice(None) if env_ids is None else env_ids
+        qpos = sim.qpos[idx].float()
+        qvel = sim.qvel[idx].float()
+        sens = sim.sensordata[idx].float()
+        quat = qpos[:, 3:7]
+        if env_ids is None:
+            contact = sim.substep_sensordata[:, :, self.foot_contact_cols].amax(1) > 0
+        else:
+            contact = self.last_contact[env_ids]
+        undesired = (sens[:, self.undesired_cols] > 0).sum(1) if self.undesired_cols is not None \
+            else torch.zeros(len(qpos))
+        return World(
+            base_pos=qpos[:, 0:3],
+            base_quat=quat,
+            base_lin_vel=quat_rotate_inverse(quat, qvel[:, 0:3]),
+            base_ang_vel=qvel[:, 3:6],
+            gravity=projected_gravity(quat),
+            joint_pos=qpos[:, self.joint_qpos],
+            joint_vel=qvel[:, self.joint_qvel],
+            foot_contact=contact,
+            torques=sens[:, self.torque_cols],
+            bad_contact=(sens[:, self.bad_contact_cols] > 0).any(1),
+            undesired_contacts=undesired.float(),
+        )
+
+    # ----------------------------------------------------------------- observations
+    def observations(self, w: World, actions: torch.Tensor,
+                     env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Observation groups (``policy``, ``critic``) as configured, each [n, dim]."""
+        idx = slice(None) if env_ids is None else env_ids
+        values = {
+            "base_lin_vel": lambda: w.base_lin_vel,
+            "base_ang_vel": lambda: w.base_ang_vel,
+            "projected_gravity": lambda: w.gravity,
+            "commands": lambda: self.commands[idx],
+            "joint_pos": lambda: w.joint_pos - self.default_pose,
+            "joint_vel": lambda: w.joint_vel,
+            "actions": lambda: actions[idx],
+            "foot_contact": lambda: w.foot_contact.float(),
+            "base_height": lambda: w.base_pos[:, 2:3],
+        }
+        return {g: torch.cat([values[k]() * s for k, s in terms.items()], dim=1)
+                for g, terms in self.obs_scales.items()}
+
+    # ----------------------------------------------------------------- rewards
+    def rewards(self, w: World, actions: torch.Tensor, last_actions: torch.Tensor):
+        """Total reward [N] (already multiplied by dt) and each weighted term [N]."""
+        contact = w.foot_contact
+        first_contact = (self.air_time > 0) & contact
+        self.air_time += self.dt
+        ctx = _RewardContext(w, self, actions, last_actions, first_contact)
+        terms = {name: REWARD_TERMS[name](ctx) * (wt * self.dt)
+                 for name, wt in self.reward_weights.items()}
+        self.air_time *= ~contact
+        self.last_contact = contact
+        self.last_joint_vel = w.joint_vel
+        total = torch.stack(list(terms.values())).sum(0)
+        if self.clip_negative_total:
+            total = total.clamp(min=0.0)
+        return total, terms
+
+    def tracking_errors(self, w: World) -> tuple[torch.Tensor, torch.Tensor]:
+        """Linear (m/s, planar norm) and yaw-rate (rad/s) command tracking errors [N]."""
+        lin = (self.commands[:, :2] - w.base_lin_vel[:, :2]).norm(dim=1)
+        yaw = (self.commands[:, 2] - w.base_ang_vel[:, 2]).abs()
+        return lin, yaw
+
+    # ----------------------------------------------------------------- terminations
+    def terminations(self, w: World) -> torch.Tensor:
+        """Failure (not timeout): a terminating body touched something or the base tipped."""
+        tilt = torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
+        failed = tilt > self.max_tilt
+        if self.base_contact_terminates:
+            failed |= w.bad_contact
+        return failed
+
+
+@dataclass
+class _RewardContext:
+    w: World
+    task: VelocityTask
+    actions: torch.Tensor
+    last_actions: torch.Tensor
+    first_contact: torch.Tensor
+
+
+def _track_lin(c: _RewardContext) -> torch.Tensor:
+    err = (c.task.commands[:, :2] - c.w.base_lin_vel[:, :2]).square().sum(1)
+    return torch.exp(-err / c.task.tracking_sigma)
+
+
+def _track_ang(c: _RewardContext) -> torch.Tensor:
+    err = (c.task.commands[:, 2] - c.w.base_ang_vel[:, 2]).square()
+    return torch.exp(-err / c.task.tracking_sigma)
+
+
+def _feet_air_time(c: _RewardContext) -> torch.Tensor:
+    moving = c.task.commands[:, :2].norm(dim=1) > 0.1
+    return ((c.task.air_time - c.task.air_time_target) * c.first_contact).sum(1) * moving
+
+
+def _joint_limits(c: _RewardContext) -> torch.Tensor:
+    low, high = c.task.soft_limits[:, 0], c.task.soft_limits[:, 1]
+    q = c.w.joint_pos
+    return ((low - q).clamp(min=0) + (q - high).clamp(min=0)).sum(1)
+
+
+REWARD_TERMS = {
+    "track_lin_vel": _track_lin,
+    "track_ang_vel": _track_ang,
+    "lin_vel_z": lambda c: c.w.base_lin_vel[:, 2].square(),
+    "ang_vel_xy": lambda c: c.w.base_ang_vel[:, :2].square().sum(1),
+    "orientation": lambda c: c.w.gravity[:, :2].square().sum(1),
+    "torques": lambda c: c.w.torques.square().sum(1),
+    "joint_acc": lambda c: ((c.w.joint_vel - c.task.last_joint_vel) / c.task.dt).square().sum(1),
+    "action_rate": lambda c: (c.actions - c.last_actions).square().sum(1),
+    "feet_air_time": _feet_air_time,
+    "undesired_contacts": lambda c: c.w.undesired_contacts,
+    "joint_limits": _joint_limits,
+}
+
+OBSERVATION_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "commands",
+                     "joint_pos", "joint_vel", "actions", "foot_contact", "base_height")
