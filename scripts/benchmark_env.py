@@ -46,7 +46,7 @@ def raw_env_steps_per_s(model: mujoco.MjModel, nthread: int, states: list[np.nda
     models = [model] * n
     with rollout.Rollout(nthread=nthread if nthread > 1 else 0) as pool:
         start = time.perf_counter()
-        for state, ctrl in zip(states, ctrls):
+        for state, ctrl in zip(states, ctrls, strict=True):
             pool.rollout(models, datas, state, ctrl, skip_checks=True, nstep=nsub,
                          state=out, sensordata=sens)
         return len(states) * n / (time.perf_counter() - start)
@@ -100,8 +100,9 @@ def main(cfg: DictConfig) -> None:
     for n in sizes:
         r = measure(cfg, int(n))
         rows.append(r)
-        line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f} {r['raw_env_steps_per_s']:>12.0f}"
-                f" {r['ratio']:>6.3f} {r['physics_steps_per_s']:>11.0f}")
+        line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f}"
+                f" {r['raw_env_steps_per_s']:>12.0f} {r['ratio']:>6.3f}"
+                f" {r['physics_steps_per_s']:>11.0f}")
         if cfg.compare_solver:
             name = cfg.compare_solver
             line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"

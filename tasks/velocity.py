@@ -127,6 +127,15 @@ class VelocityTask:
         if len(expired):
             self.sample_commands(expired)
 
+    _STATE = ("commands", "command_timer", "air_time", "last_contact", "last_joint_vel")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, k).clone() for k in self._STATE}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for k in self._STATE:
+            getattr(self, k).copy_(state[k])
+
     # ----------------------------------------------------------------- world
     def world(self, sim: SimBackend, env_ids: torch.Tensor | None = None) -> World:
         """Read the batch (or the rows ``env_ids``) from the backend's state and sensors."""
@@ -184,8 +193,8 @@ class VelocityTask:
         terms = {name: REWARD_TERMS[name](ctx) * (wt * self.dt)
                  for name, wt in self.reward_weights.items()}
         self.air_time *= ~contact
-        self.last_contact = contact
-        self.last_joint_vel = w.joint_vel
+        self.last_contact.copy_(contact)
+        self.last_joint_vel.copy_(w.joint_vel)
         total = torch.stack(list(terms.values())).sum(0)
         if self.clip_negative_total:
             total = total.clamp(min=0.0)

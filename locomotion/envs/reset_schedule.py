@@ -49,7 +49,7 @@ class ResetSchedule:
         return torch.zeros(self.num_envs, dtype=torch.long)
 
     def initial_counters(self, generator: torch.Generator) -> torch.Tensor:
-        """Episode-length counters at the start of training [N] (states handled separately)."""
+        """Episode-length counters at the start of training [N] when nothing is pre-advanced."""
         if self.schedule == "random_counter":
             return torch.randint(0, self.horizon, (self.num_envs,), generator=generator)
         return self.offsets()

@@ -13,11 +13,13 @@ from collections.abc import Callable
 import torch
 from omegaconf import DictConfig
 
+# ``import tasks``, not ``from tasks import ...``: tasks.velocity imports locomotion.envs, so
+# a name import fails when ``tasks`` is imported first (partially initialized module).
+import tasks
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
-from tasks import task_class
 
 BACKENDS = ("native",)
 Obs = dict[str, torch.Tensor]
@@ -41,8 +43,6 @@ class LocomotionEnv:
         self.spec = load_robot_spec(cfg.robot.spec)
         self.solver = SolverProfile(**cfg.solver)
         self.model, self.layout = build_model(self.spec, self.solver)
-        self.sim = make_backend(cfg.sim, self.model, self.num_envs)
-        self.device = self.sim.device
         self.control_dt = float(cfg.task.control_dt)
         self.decimation = round(self.control_dt / self.solver.timestep)
         if abs(self.decimation * self.solver.timestep - self.control_dt) > 1e-9:
@@ -50,12 +50,14 @@ class LocomotionEnv:
                              f"timestep {self.solver.timestep}")
         self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
         self.gen = torch.Generator().manual_seed(int(cfg.seed))
-        self.task = task_class(cfg.task.name)(cfg.task, self.spec, self.layout, self.num_envs,
-                                             self.control_dt, self.gen)
+        self.task = tasks.task_class(cfg.task.name)(cfg.task, self.spec, self.layout,
+                                                    self.num_envs, self.control_dt, self.gen)
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
         self.phase = PhaseHistogram()
+        self.sim = make_backend(cfg.sim, self.model, self.num_envs)  # last: owns threads
+        self.device = self.sim.device
         self.num_actions = self.spec.num_actions
         self.action_clip = float(cfg.task.action_clip)
         self._actuator_ids = torch.as_tensor(self.layout.actuator_ids)
@@ -65,9 +67,14 @@ class LocomotionEnv:
         self._default_ctrl = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32)
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
         self.actions = torch.zeros(self.num_envs, self.num_actions)
-        self._episode_sums: dict[str, torch.Tensor] = {}
+        # Buffers live as long as the env and are updated in place, so stepping under
+        # torch.inference_mode and resetting outside it both work.
+        self._episode_sums = {k: torch.zeros(self.num_envs) for k in (
+            "return", "lin_vel_error", "yaw_error", *self.task.reward_weights)}
         self.diverged_count = 0
+        self._start_xy = torch.zeros(self.num_envs, 2)
         self.obs: Obs = {}
+        self._reset_envs(torch.arange(self.num_envs))  # observations exist from the start
 
     # ------------------------------------------------------------------ api
     @property
@@ -89,15 +96,21 @@ class LocomotionEnv:
         all_ids = torch.arange(self.num_envs)
         self._reset_envs(all_ids)
         if self.schedule.prewarm:
-            self._prewarm(warmup_policy)
-        self.episode_length[:] = self.schedule.initial_counters(self.gen)
-        self._episode_sums = {}
+            self._prewarm(warmup_policy)  # counters advance with the states (and restart on falls)
+        else:
+            self.episode_length[:] = self.schedule.initial_counters(self.gen)
+        for v in self._episode_sums.values():
+            v.zero_()
         self.diverged_count = 0
         self.phase.pop()
         return self.obs
 
     def step(self, actions: torch.Tensor):
-        """Apply ``actions`` [N, num_actions] for one control step; autoreset finished envs."""
+        """Apply ``actions`` [N, num_actions] for one control step; autoreset finished envs.
+
+        The returned observation dict is the env's own buffer, overwritten by the next
+        ``step`` or ``reset``; copy it to keep it.
+        """
         actions = self._check_actions(actions)
         self._ctrl[:, self._actuator_ids] = (
             self._default_ctrl + self.spec.action_scale * actions).double()
@@ -114,7 +127,7 @@ class LocomotionEnv:
         reward = torch.where(diverged, 0.0, reward)
         lin_err, yaw_err = self.task.tracking_errors(world)
         self._accumulate(reward, terms, lin_err, yaw_err)
-        self.actions = actions
+        self.actions.copy_(actions)
         obs = self.task.observations(world, actions)
 
         info: dict = {}
@@ -127,11 +140,50 @@ class LocomotionEnv:
             self.diverged_count += n_div
             info["diverged"] = n_div
             self._reset_envs(done_ids, obs)
-        self.obs = obs
-        return obs, reward, terminated, truncated, info
+        for k, v in obs.items():
+            self.obs[k].copy_(v)
+        return self.obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         self.sim.close()
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue this batch exactly: physics, counters, task, RNG."""
+        return {
+            "num_envs": self.num_envs,
+            "robot": self.spec.name,
+            "sim": self.sim.state_dict(),
+            "episode_length": self.episode_length.clone(),
+            "actions": self.actions.clone(),
+            "ctrl": self._ctrl.clone(),
+            "obs": {k: v.clone() for k, v in self.obs.items()},
+            "episode_sums": {k: v.clone() for k, v in self._episode_sums.items()},
+            "start_xy": self._start_xy.clone(),
+            "task": self.task.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "generator": self.gen.get_state(),
+            "diverged_count": self.diverged_count,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_envs"] != self.num_envs or state["robot"] != self.spec.name:
+            raise ValueError(
+                f"env state is for {state['num_envs']} envs of robot {state['robot']!r}; this env "
+                f"has {self.num_envs} envs of robot {self.spec.name!r}"
+            )
+        self.sim.load_state_dict(state["sim"])
+        self.episode_length.copy_(state["episode_length"])
+        self.actions.copy_(state["actions"])
+        self._ctrl.copy_(state["ctrl"])
+        for k, v in state["obs"].items():
+            self.obs[k].copy_(v)
+        for k, v in state["episode_sums"].items():
+            self._episode_sums[k].copy_(v)
+        self._start_xy.copy_(state["start_xy"])
+        self.task.load_state_dict(state["task"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.gen.set_state(state["generator"])
+        self.diverged_count = state["diverged_count"]
 
     # ------------------------------------------------------------------ internals
     def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:
@@ -151,6 +203,7 @@ class LocomotionEnv:
         self.task.reset(env_ids)
         self.episode_length[env_ids] = 0
         self.actions[env_ids] = 0.0
+        self._start_xy[env_ids] = qpos[:, 0:2]
         fresh = self.task.observations(self.task.world(self.sim, env_ids), self.actions, env_ids)
         if obs is None:
             if not self.obs:
@@ -182,10 +235,6 @@ class LocomotionEnv:
 
     def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:
         sums = self._episode_sums
-        if not sums:
-            zeros = torch.zeros(self.num_envs)
-            sums.update({k: zeros.clone() for k in ("return", "lin_vel_error", "yaw_error",
-                                                    *terms)})
         sums["return"] += reward
         sums["lin_vel_error"] += lin_err
         sums["yaw_error"] += yaw_err
@@ -195,7 +244,9 @@ class LocomotionEnv:
     def _finish_episodes(self, ids: torch.Tensor, truncated: torch.Tensor) -> dict:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""
         length = self.episode_length[ids].float()
-        out = {"length": length, "timeout": truncated[ids].float()}
+        travelled = self.sim.qpos[ids, 0:2].float() - self._start_xy[ids]
+        out = {"length": length, "timeout": truncated[ids].float(),
+               "distance": travelled.norm(dim=1)}
         for k, v in self._episode_sums.items():
             vals = v[ids]
             out[k] = vals / length.clamp(min=1) if k.endswith("error") else vals

@@ -99,7 +99,8 @@ def _find(mj: mujoco.MjSpec, kind: str, name: str):
     """Element of ``kind`` named ``name``; an unknown name lists the valid ones."""
     element = getattr(mj, kind)(name)
     if element is None:
-        valid = [e.name for e in getattr(mj, kind + ("ies" if kind == "body" else "s")) if e.name]
+        plural = "bodies" if kind == "body" else kind + "s"
+        valid = [e.name for e in getattr(mj, plural) if e.name]
         raise RobotSpecError(f"robot has no {kind} {name!r}; valid {kind} names: {valid}")
     return element
 

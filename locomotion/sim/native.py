@@ -129,5 +129,23 @@ class NativeBackend:
                 self._own_model[i] = True
             getattr(self.models[i], field)[:] = vals[row]
 
+    def state_dict(self) -> dict:
+        """Physics state of every world and the model fields that differ per world."""
+        return {"state": self._state.copy(), "sensordata": self._sensor.copy(),
+                "own_model": self._own_model.copy(),
+                "models": {int(i): self.models[i] for i in np.flatnonzero(self._own_model)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["state"].shape != self._state.shape:
+            raise ValueError(f"physics state of shape {state['state'].shape} does not fit "
+                             f"this backend's {self._state.shape}")
+        self._state[:] = state["state"]
+        self._ensure_buffers(state["sensordata"].shape[1])
+        self._sensor[:] = state["sensordata"]
+        self._own_model[:] = state["own_model"]
+        self.models = [self.model] * self.num_envs
+        for i, m in state["models"].items():
+            self.models[i] = m
+
     def close(self) -> None:
         self._pool.close()

@@ -1,0 +1,266 @@
+"""The training loop: collect K steps from the batched env, update with PPO, log, checkpoint.
+
+One iteration = ``num_steps`` env steps under ``torch.inference_mode`` (timed as sim and
+policy), then GAE and the PPO epochs (timed as learn). Truncated episodes are bootstrapped
+from the critic's value of their final observation. Checkpoints are atomic and hold
+everything needed to continue the run bit for bit: weights, optimizer, normalizers, the
+env's physics and counters, the reset schedule and every RNG state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from locomotion.envs.vec_env import LocomotionEnv
+from locomotion.rl.actor_critic import ActorCritic
+from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from locomotion.rl.ppo import PPO, PPOConfig
+from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
+from locomotion.rl.training_log import TrainingLog
+
+
+def build_policy(cfg: DictConfig | dict, sizes: dict[str, int], num_actions: int) -> ActorCritic:
+    """The actor-critic described by ``algo.policy`` for these observation sizes."""
+    return ActorCritic(
+        sizes["policy"], num_actions, sizes["critic"],
+        actor_hidden_dims=list(cfg["actor_hidden_dims"]),
+        critic_hidden_dims=list(cfg["critic_hidden_dims"]),
+        activation=cfg["activation"],
+        init_noise_std=float(cfg["init_noise_std"]),
+        normalize_obs=bool(cfg["normalize_obs"]),
+    )
+
+
+def policy_from_checkpoint(data: dict) -> ActorCritic:
+    """The trained actor-critic stored in a loaded checkpoint, in eval mode."""
+    policy = build_policy(data["config"]["algo"]["policy"], data["observation_sizes"],
+                          data["num_actions"])
+    policy.load_state_dict(data["ppo"]["policy"])
+    return policy.eval()
+
+
+class Runner:
+    """Trains an actor-critic on a ``LocomotionEnv`` with PPO."""
+
+    def __init__(self, env: LocomotionEnv, cfg: DictConfig, log_dir: str | Path | None = None):
+        self.env = env
+        self.cfg = cfg
+        algo = cfg.algo
+        torch.manual_seed(int(cfg.seed))
+        sizes = env.observation_sizes
+        self.policy = build_policy(algo.policy, sizes, env.num_actions)
+        self.ppo = PPO(self.policy, PPOConfig(**algo.ppo),
+                       generator=torch.Generator().manual_seed(int(cfg.seed)))
+        self.num_steps = int(algo.num_steps)
+        self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
+                                      sizes["critic"], env.num_actions)
+        self.iteration = 0
+        self.env_steps = 0
+        self.train_wall_s = 0.0
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.log = TrainingLog(self.log_dir, cfg.logging) if self.log_dir else None
+        self._started = False
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        if self.log_dir is None:
+            raise ValueError("this runner has no log_dir to write checkpoints into")
+        return self.log_dir / "checkpoints" / "latest.pt"
+
+    def state_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "train_wall_s": self.train_wall_s,
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "robot": self.env.spec.name,
+            "observation_sizes": self.env.observation_sizes,
+            "num_actions": self.env.num_actions,
+            "ppo": self.ppo.state_dict(),
+            "env": self.env.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "ppo": self.ppo.generator.get_state()},
+        }
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write a checkpoint (atomically) to ``path`` or the run's ``latest.pt``."""
+        return save_checkpoint(path or self.checkpoint_path, self.state_dict())
+
+    def load(self, path: str | Path) -> None:
+        """Continue from a checkpoint of a run with the same robot, task and batch size."""
+        data = load_checkpoint(path)
+        mine = (self.env.spec.name, self.env.observation_sizes, self.env.num_actions)
+        theirs = (data["robot"], data["observation_sizes"], data["num_actions"])
+        if mine != theirs:
+            raise CheckpointError(
+                f"checkpoint {path} is for robot/observations/actions {theirs}; "
+                f"this run has {mine}"
+            )
+        self.ppo.load_state_dict(data["ppo"])
+        self.env.load_state_dict(data["env"])
+        torch.set_rng_state(data["rng"]["torch"])
+        self.ppo.generator.set_state(data["rng"]["ppo"])
+        self.iteration = data["iteration"]
+        self.env_steps = data["env_steps"]
+        self.train_wall_s = data["train_wall_s"]
+        self._started = True
+
+    # ------------------------------------------------------------------ training
+    def start(self) -> None:
+        """Reset the env through its reset schedule (the staggered warm-up happens here)."""
+        self.env.reset(warmup_policy=lambda obs: self.policy.act_inference(obs["policy"]))
+        self._started = True
+
+    def learn(self, num_iterations: int,
+              should_stop: Callable[[Runner, dict], bool] | None = None) -> None:
+        """Run ``num_iterations`` more iterations; checkpoint periodically and on any exit.
+
+        Ctrl-C (or SIGTERM) stops after writing a checkpoint, then re-raises.
+        ``should_stop(runner, stats)`` may end training early (e.g. once a goal is met).
+        """
+        if not self._started:
+            self.start()
+        save_every = int(self.cfg.logging.save_interval)
+        target = self.iteration + num_iterations
+        with _sigterm_as_interrupt(), self._progress(num_iterations) as progress:
+            try:
+                while self.iteration < target:
+                    stats = self.train_iteration()
+                    progress(stats)
+                    if self.log_dir and self.iteration % save_every == 0:
+                        self.save()
+                    if should_stop is not None and should_stop(self, stats):
+                        break
+            finally:
+                if self.log_dir:
+                    self.save()
+
+    def train_iteration(self) -> dict:
+        """Collect one rollout and update; returns the iteration's statistics."""
+        start = time.perf_counter()
+        timing, episodes = self._collect()
+        t0 = time.perf_counter()
+        self.ppo.compute_returns(self.storage, self.env.obs["critic"])
+        losses = self.ppo.update(self.storage)
+        self.storage.clear()
+        timing["learn"] = time.perf_counter() - t0
+        wall = time.perf_counter() - start
+        self.train_wall_s += wall
+        self.iteration += 1
+        steps = self.num_steps * self.env.num_envs
+        self.env_steps += steps
+        histogram, uniformity = self.env.phase.pop()
+        stats = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_s": self.train_wall_s,
+            "steps_per_s": steps / wall,
+            "time": timing,
+            "losses": losses,
+            "episodes": episodes,
+            "phase_histogram": histogram,
+            "phase_uniformity": uniformity,
+            "diverged": self.env.diverged_count,
+        }
+        if self.log is not None:
+            self.log.write(stats)
+        return stats
+
+    def _collect(self) -> tuple[dict[str, float], dict[str, float]]:
+        env, policy, gamma = self.env, self.policy, self.ppo.config.gamma
+        sim_s = 0.0
+        start = time.perf_counter()
+        finished: dict[str, list[torch.Tensor]] = defaultdict(list)
+        with torch.inference_mode():
+            obs = env.obs
+            for _ in range(self.num_steps):
+                act = policy.act(obs["policy"], obs["critic"])
+                t0 = time.perf_counter()
+                next_obs, reward, terminated, truncated, info = env.step(act.actions)
+                sim_s += time.perf_counter() - t0
+                if "final_obs" in info:
+                    if truncated.any():
+                        final_values = policy.value(info["final_obs"]["critic"])
+                        reward = bootstrap_truncated(reward, truncated, final_values, gamma)
+                    for k, v in info["episode"].items():
+                        finished[k].append(v)
+                self.storage.add(obs=obs["policy"], critic_obs=obs["critic"],
+                                 actions=act.actions, rewards=reward,
+                                 dones=terminated | truncated, values=act.values,
+                                 log_probs=act.log_prob, action_mean=act.action_mean,
+                                 action_std=act.action_std)
+                policy.update_normalizers(obs["policy"], obs["critic"])
+                obs = next_obs
+        total = time.perf_counter() - start
+        episodes = {k: float(torch.cat(v).mean()) for k, v in finished.items()}
+        if finished:
+            episodes["count"] = float(sum(len(v) for v in finished["length"]))
+        return {"sim": sim_s, "policy": total - sim_s}, episodes
+
+    @contextlib.contextmanager
+    def _progress(self, total: int):
+        """A progress bar with ETA on a terminal; plain log lines otherwise."""
+        every = int(self.cfg.logging.print_interval)
+        if sys.stdout.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="it", dynamic_ncols=True)
+
+            def show(stats: dict) -> None:
+                bar.update(1)
+                bar.set_postfix_str(summary_line(stats, short=True))
+
+            try:
+                yield show
+            finally:
+                bar.close()
+        else:
+            def show(stats: dict) -> None:
+                if stats["iteration"] % every == 0:
+                    print(summary_line(stats), flush=True)
+
+            yield show
+
+
+def summary_line(stats: dict, short: bool = False) -> str:
+    """One human-readable line of an iteration's statistics."""
+    ep = stats["episodes"]
+    t = stats["time"]
+    parts = [f"ret {ep['return']:.2f}" if "return" in ep else "ret -",
+             f"len {ep['length']:.0f}" if "length" in ep else "len -",
+             f"vel_err {ep['lin_vel_error']:.3f}" if "lin_vel_error" in ep else "vel_err -",
+             f"{stats['steps_per_s']:.0f} sps"]
+    if short:
+        return " ".join(parts)
+    return (f"it {stats['iteration']:5d} steps {stats['env_steps']:>10d} "
+            f"wall {stats['wall_s']:7.1f}s " + " ".join(parts)
+            + f" | sim {t['sim']:.2f}s policy {t['policy']:.2f}s learn {t['learn']:.2f}s"
+            + f" | lr {stats['losses']['learning_rate']:.1e}"
+            + f" std {stats['losses']['action_std']:.2f}"
+            + f" phase-unif {stats['phase_uniformity']:.2f}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Treat SIGTERM like Ctrl-C so a killed run still writes its checkpoint."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

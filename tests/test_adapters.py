@@ -1,0 +1,274 @@
+"""Tests for the gymnasium and rsl_rl adapters: contracts, same-step time-outs, an rsl_rl run.
+
+Gymnasium 1.4 has no checker for vector envs (``gymnasium.utils.env_checker.check_env``
+accepts a ``gymnasium.Env`` only), so its vector-agnostic pieces are applied here instead:
+the passive checker's space and observation checks (with its warnings made errors),
+``data_equivalence`` for seeding determinism, ``data_shares_objects`` for buffer reuse, and
+two of gymnasium's consumers of vector envs (``RecordEpisodeStatistics``, which handles
+same-step autoreset, and ``benchmark_vector_step``).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.utils.passive_env_checker import (
+    check_action_space,
+    check_obs,
+    check_observation_space,
+    data_shares_objects,
+)
+from gymnasium.utils.performance import benchmark_vector_step
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from locomotion.config import load_config
+from locomotion.envs.gymnasium_adapter import GymnasiumVectorEnv
+from locomotion.envs.rsl_rl_adapter import RslRlVecEnv
+from locomotion.envs.vec_env import LocomotionEnv
+
+NUM_ENVS = 8
+HORIZON = 10  # control steps in task.episode_length_s = 0.2 at control_dt = 0.02
+STEPS = 20
+
+
+def make_env(num_envs: int = NUM_ENVS) -> LocomotionEnv:
+    """All envs start together and time out together after HORIZON steps."""
+    cfg = load_config("env", [f"num_envs={num_envs}", "reset=sync", "task.episode_length_s=0.2"])
+    env = LocomotionEnv(cfg)
+    assert env.max_episode_length == HORIZON
+    return env
+
+
+def policy_warmup_config():
+    """Staggered starts whose warm-up steps need a policy."""
+    return load_config("env", [f"num_envs={NUM_ENVS}", "reset=staggered", "reset.warmup=policy",
+                               "rollout_length=4", "task.episode_length_s=0.2"])
+
+
+def strict_check_obs(obs, space, method: str) -> None:
+    """Gymnasium's passive observation check, with its warnings turned into failures."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_obs(obs, space, method)
+
+
+# ---------------------------------------------------------------------- gymnasium
+def test_gymnasium_contract_and_same_step_timeout():
+    env = GymnasiumVectorEnv(make_env())
+    assert env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+    assert env.num_envs == NUM_ENVS
+    for space in (env.single_observation_space, env.observation_space):
+        check_observation_space(space)
+    for space in (env.single_action_space, env.action_space):
+        check_action_space(space)
+    assert env.single_observation_space == spaces.Box(-np.inf, np.inf, (48,), np.float32)
+    assert env.observation_space.shape == (NUM_ENVS, 48)
+    clip = env.env.action_clip
+    assert env.single_action_space == spaces.Box(-clip, clip, (12,), np.float32)
+    assert env.action_space.shape == (NUM_ENVS, 12)
+
+    obs, info = env.reset(seed=0)
+    assert info == {}
+    strict_check_obs(obs, env.observation_space, "reset")
+    env.action_space.seed(0)
+    length = np.zeros(NUM_ENVS, dtype=int)
+    seen_timeout = False
+    for _ in range(STEPS):
+        actions = env.action_space.sample()
+        assert actions in env.action_space
+        prev = obs
+        obs, rew, term, trunc, infos = env.step(actions)
+        strict_check_obs(obs, env.observation_space, "step")
+        assert not data_shares_objects(prev, obs)
+        assert rew.shape == (NUM_ENVS,) and rew.dtype == np.float64 and np.isfinite(rew).all()
+        assert term.shape == trunc.shape == (NUM_ENVS,)
+        assert term.dtype == trunc.dtype == np.bool_
+        done = term | trunc
+        length += 1
+        np.testing.assert_array_equal(trunc, (length >= HORIZON) & ~term)
+        seen_timeout |= bool(trunc.any())
+        if not done.any():
+            assert infos == {}
+            continue
+        for key in ("_final_obs", "_final_info"):
+            np.testing.assert_array_equal(infos[key], done)
+        final_obs, final_info = infos["final_obs"], infos["final_info"]
+        assert final_obs.dtype == object and final_obs.shape == (NUM_ENVS,)
+        for i in range(NUM_ENVS):
+            if done[i]:
+                strict_check_obs(final_obs[i], env.single_observation_space, "step")
+                assert not np.allclose(final_obs[i], obs[i]), "final obs must be pre-reset"
+            else:
+                assert final_obs[i] is None
+        np.testing.assert_array_equal(final_info["_length"], done)
+        np.testing.assert_array_equal(final_info["length"][done], length[done])
+        np.testing.assert_array_equal(final_info["timeout"][done], trunc[done])
+        length[done] = 0
+    assert seen_timeout
+    env.close()
+    assert env.closed
+
+
+def test_gymnasium_matches_env_and_is_seeded():
+    """Same numbers as the raw env (including final obs and stats); a seed replays exactly."""
+    adapter, raw = GymnasiumVectorEnv(make_env()), make_env()
+    obs, _ = adapter.reset(seed=3)
+    raw.gen.manual_seed(3)
+    np.testing.assert_array_equal(obs, raw.reset()["policy"].numpy())
+    rng = np.random.default_rng(0)
+    actions = [rng.standard_normal((NUM_ENVS, 12), dtype=np.float32) for _ in range(HORIZON + 2)]
+    rollout = []
+    for act in actions:
+        out = adapter.step(act)
+        ref_obs, ref_rew, ref_term, ref_trunc, ref_info = raw.step(torch.from_numpy(act))
+        np.testing.assert_array_equal(out[0], ref_obs["policy"].numpy())
+        np.testing.assert_array_equal(out[1], ref_rew.numpy().astype(np.float64))
+        np.testing.assert_array_equal(out[2], ref_term.numpy())
+        np.testing.assert_array_equal(out[3], ref_trunc.numpy())
+        if "final_obs" in ref_info:
+            ids = (ref_term | ref_trunc).nonzero().squeeze(1).tolist()
+            for j, i in enumerate(ids):
+                np.testing.assert_array_equal(out[4]["final_obs"][i],
+                                              ref_info["final_obs"]["policy"][i].numpy())
+                for key, values in ref_info["episode"].items():
+                    assert out[4]["final_info"][key][i] == values[j].item()
+        rollout.append(out)
+    assert any("final_obs" in out[4] for out in rollout)
+
+    again, _ = adapter.reset(seed=3)
+    np.testing.assert_array_equal(again, obs)
+    assert data_equivalence(adapter.step(actions[0]), rollout[0], exact=True)
+    other, _ = adapter.reset(seed=4)
+    assert not np.allclose(other, obs)
+    adapter.close()
+    raw.close()
+
+
+def test_gymnasium_dict_observations_and_consumers():
+    env = GymnasiumVectorEnv(make_env(), obs_group=("policy", "critic"))
+    assert isinstance(env.single_observation_space, spaces.Dict)
+    assert env.observation_space["critic"].shape == (NUM_ENVS, 53)
+    check_observation_space(env.observation_space)
+    stats = RecordEpisodeStatistics(env)
+    obs, _ = stats.reset(seed=1)
+    strict_check_obs(obs, env.observation_space, "reset")
+    for _ in range(HORIZON):
+        obs, _, _, trunc, infos = stats.step(np.zeros((NUM_ENVS, 12), np.float32))
+        strict_check_obs(obs, env.observation_space, "step")
+    assert trunc.all()
+    np.testing.assert_array_equal(infos["episode"]["l"], HORIZON)
+    for final in infos["final_obs"]:
+        strict_check_obs(final, env.single_observation_space, "step")
+    assert benchmark_vector_step(env, target_duration=0, seed=0) > 0
+
+    calls = []
+
+    def warmup(o):
+        calls.append(o)
+        return np.zeros((NUM_ENVS, 12), np.float32)
+
+    raw = LocomotionEnv(policy_warmup_config())
+    raw.reset(lambda o: torch.zeros(NUM_ENVS, 12))  # the adapter can't reset it without a policy
+    warm = GymnasiumVectorEnv(raw, obs_group="critic")
+    obs, _ = warm.reset(options={"warmup_policy": warmup})
+    assert calls and all(isinstance(c, np.ndarray) and c.shape == (NUM_ENVS, 53) for c in calls)
+    strict_check_obs(obs, warm.observation_space, "reset")
+    with pytest.raises(ValueError, match="unknown reset options"):
+        warm.reset(options={"reset_mask": np.ones(NUM_ENVS, bool)})
+    with pytest.raises(ValueError, match="obs_group"):
+        GymnasiumVectorEnv(warm.env, obs_group="proprio")
+    env.close()
+    warm.close()
+
+
+# ---------------------------------------------------------------------- rsl_rl
+def test_rsl_rl_adapter_steps_and_times_out():
+    pytest.importorskip("tensordict")  # the adapter's observation type; comes with rsl-rl-lib
+    env = RslRlVecEnv(make_env())
+    assert (env.num_envs, env.num_actions, env.max_episode_length) == (NUM_ENVS, 12, HORIZON)
+    assert env.cfg is env.env.cfg and str(env.device) == "cpu"
+    obs = env.get_observations()
+    assert set(obs.keys()) == {"policy", "critic"} and tuple(obs.batch_size) == (NUM_ENVS,)
+    assert obs["policy"].shape == (NUM_ENVS, 48) and obs["critic"].shape == (NUM_ENVS, 53)
+
+    gen = torch.Generator().manual_seed(0)
+    length = torch.zeros(NUM_ENVS, dtype=torch.long)
+    timeouts = 0
+    with torch.inference_mode():  # how rsl_rl's runner collects rollouts
+        for _ in range(STEPS):
+            obs, rew, dones, extras = env.step(torch.randn(NUM_ENVS, 12, generator=gen))
+            time_outs = extras["time_outs"]
+            assert obs["policy"].dtype == rew.dtype == torch.float32
+            assert rew.shape == dones.shape == time_outs.shape == (NUM_ENVS,)
+            assert dones.dtype == time_outs.dtype == torch.bool
+            length += 1
+            at_horizon = length >= HORIZON
+            assert dones[at_horizon].all() and not time_outs[~at_horizon].any()
+            assert torch.equal(env.episode_length_buf, torch.where(dones, 0, length))
+            timeouts += int(time_outs.sum())
+            if dones.any():
+                final = extras["final_obs"]
+                assert final["critic"].shape == (NUM_ENVS, 53)
+                assert not torch.allclose(final["policy"][dones], obs["policy"][dones])
+                assert torch.equal(extras["episode"]["length"], length[dones].float())
+                assert torch.equal(extras["episode"]["timeout"], time_outs[dones].float())
+            else:
+                assert "final_obs" not in extras and "episode" not in extras
+            length[dones] = 0
+    assert timeouts > 0
+    env.step(torch.zeros(NUM_ENVS, 12))  # still steppable outside inference mode
+
+    env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=HORIZON)
+    assert env.env.episode_length is env.episode_length_buf
+    assert int(env.env.episode_length.max()) < HORIZON
+    env.close()
+
+    warmed = []
+    staggered = RslRlVecEnv(LocomotionEnv(policy_warmup_config()),
+                            warmup_policy=lambda o: warmed.append(o) or torch.zeros(NUM_ENVS, 12))
+    assert warmed and len(staggered.episode_length_buf.unique()) > 1  # the schedule was applied
+    staggered.close()
+
+
+def test_rsl_rl_on_policy_runner(tmp_path, capsys):
+    pytest.importorskip("rsl_rl")
+    from rsl_rl.env import VecEnv
+    from rsl_rl.runners import OnPolicyRunner
+
+    env = RslRlVecEnv(make_env(16))
+    for name in VecEnv.__abstractmethods__:
+        assert callable(getattr(env, name)), name
+    for name in VecEnv.__annotations__:
+        assert hasattr(env, name), name
+
+    net = {"class_name": "MLPModel", "hidden_dims": [16], "activation": "elu",
+           "obs_normalization": True}
+    train_cfg = {
+        "num_steps_per_env": 8,
+        "save_interval": 100,
+        "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
+        "algorithm": {"class_name": "PPO", "num_learning_epochs": 2, "num_mini_batches": 2,
+                      "learning_rate": 1e-3, "gamma": 0.99, "lam": 0.95},
+        "actor": {**net, "distribution_cfg": {"class_name": "GaussianDistribution",
+                                              "init_std": 1.0}},
+        "critic": net,
+    }
+    runner = OnPolicyRunner(env, train_cfg, log_dir=str(tmp_path), device="cpu")
+    before = [p.detach().clone() for p in runner.alg.actor.parameters()]
+    runner.learn(num_learning_iterations=2, init_at_random_ep_len=True)
+
+    assert runner.current_learning_iteration == 1
+    after = list(runner.alg.actor.parameters())
+    assert all(torch.isfinite(p).all() for p in after)
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+    printed = capsys.readouterr().out
+    # extras["episode"] reached rsl_rl's logger (16 steps > horizon, so episodes ended)
+    for key in ("return", "timeout", "lin_vel_error"):
+        assert f"Mean episode {key}:" in printed
+    assert (tmp_path / "model_1.pt").exists()
+    env.step(torch.zeros(16, 12))  # the env outlives rsl_rl's inference-mode rollouts
+    env.close()

@@ -1,0 +1,117 @@
+"""Runner: exact resume, checkpoint validation, interruption safety, the train command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from locomotion.config import load_config
+from locomotion.envs import LocomotionEnv
+from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from locomotion.rl.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["num_envs=16", "algo.num_steps=8", "task.episode_length_s=0.5",
+         "algo.policy.actor_hidden_dims=[32,32]", "algo.policy.critic_hidden_dims=[32,32]",
+         "logging.tensorboard=false", "logging.save_interval=2"]
+
+
+def make_runner(tmp: Path, overrides: list[str] = ()) -> Runner:
+    cfg = load_config("train", SMALL + list(overrides))
+    return Runner(LocomotionEnv(cfg), cfg, log_dir=tmp)
+
+
+def params(runner: Runner) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in runner.policy.parameters()])
+
+
+@pytest.mark.parametrize("reset", ["staggered", "sync"])
+def test_resume_continues_bit_for_bit(tmp_path, reset):
+    straight = make_runner(tmp_path / "a", [f"reset={reset}"])
+    straight.learn(4)
+    first = make_runner(tmp_path / "b", [f"reset={reset}"])
+    first.learn(2)
+    resumed = make_runner(tmp_path / "c", [f"reset={reset}"])
+    resumed.load(first.checkpoint_path)
+    assert resumed.iteration == 2
+    resumed.learn(2)
+    assert torch.equal(params(straight), params(resumed))
+    assert torch.equal(straight.env.obs["critic"], resumed.env.obs["critic"])
+    assert straight.env_steps == resumed.env_steps
+
+
+def test_corrupt_and_foreign_checkpoints_are_refused(tmp_path):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"\x80\x04 this is not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(corrupt)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model_state_dict": {}}, foreign)
+    with pytest.raises(CheckpointError, match="not a locomotion checkpoint"):
+        load_checkpoint(foreign)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+    runner = make_runner(tmp_path / "run")
+    other = runner.state_dict()
+    other["observation_sizes"] = {"policy": 7, "critic": 9}
+    save_checkpoint(tmp_path / "other.pt", other)
+    with pytest.raises(CheckpointError, match="this run has"):
+        runner.load(tmp_path / "other.pt")
+
+
+def test_interrupt_leaves_a_loadable_checkpoint(tmp_path):
+    runner = make_runner(tmp_path)
+
+    def interrupt(r: Runner, stats: dict) -> bool:
+        if r.iteration == 3:
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.learn(10, should_stop=interrupt)
+    data = load_checkpoint(runner.checkpoint_path)
+    assert data["iteration"] == 3
+    assert not list(runner.checkpoint_path.parent.glob(".*.tmp"))
+
+
+def test_train_command_survives_ctrl_c(tmp_path):
+    """The real command: SIGINT mid-run still writes a checkpoint that resumes."""
+    base = [sys.executable, str(ROOT / "scripts" / "train.py"), *SMALL, "reset=sync",
+            "logging.print_interval=1"]
+    cmd = [*base, "max_iterations=1000", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("it ") and int(line.split()[1]) >= 3:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=120)
+    ckpt = tmp_path / "checkpoints" / "latest.pt"
+    assert ckpt.is_file(), "".join(lines)
+    assert load_checkpoint(ckpt)["iteration"] >= 3
+    resumed = subprocess.run([*base, "max_iterations=6", f"resume={ckpt}",
+                              f"hydra.run.dir={tmp_path / 'resumed'}"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoints" / "latest.pt")["iteration"] == 6
+
+
+def test_bad_config_values_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="valid"):
+        make_runner(tmp_path, ["algo.ppo.schedule=sometimes"])
+    with pytest.raises(ValueError, match="activation"):
+        make_runner(tmp_path, ["algo.policy.activation=swish"])
+    bad_key = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "num_env=3"],
+                             capture_output=True, text=True, timeout=120)
+    assert bad_key.returncode != 0 and "num_env" in bad_key.stderr
+    bad_group = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"),
+                                "reset=sometimes"], capture_output=True, text=True, timeout=120)
+    assert bad_group.returncode != 0 and "staggered" in bad_group.stderr
