@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from locomotion.envs import LocomotionEnv
+from locomotion.export import export_checkpoint
 from locomotion.rl.runner import Runner
 
 
@@ -37,6 +38,8 @@ def main(cfg: DictConfig) -> None:
     finally:
         env.close()
     print(f"checkpoint: {runner.checkpoint_path}")
+    if cfg.export:
+        print(export_checkpoint(runner.checkpoint_path).summary())
     print(f"tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}")
 
 

@@ -87,7 +87,7 @@ class LocomotionEnv:
         return {k: v.shape[1] for k, v in self.obs.items()}
 
     def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None) -> Obs:
-        """Reset every env and apply the reset schedule; returns the first observation.
+        """Reset every env and apply the reset schedule; returns (a copy of) the first obs.
 
         ``staggered`` steps the batch with the warm-up policy so that each group enters
         training ``offset`` steps into an episode; ``warmup_policy`` is used when the
@@ -103,13 +103,12 @@ class LocomotionEnv:
             v.zero_()
         self.diverged_count = 0
         self.phase.pop()
-        return self.obs
+        return {k: v.clone() for k, v in self.obs.items()}
 
     def step(self, actions: torch.Tensor):
         """Apply ``actions`` [N, num_actions] for one control step; autoreset finished envs.
 
-        The returned observation dict is the env's own buffer, overwritten by the next
-        ``step`` or ``reset``; copy it to keep it.
+        Returns fresh observation tensors; ``self.obs`` is a persistent copy of the latest.
         """
         actions = self._check_actions(actions)
         self._ctrl[:, self._actuator_ids] = (
@@ -142,7 +141,7 @@ class LocomotionEnv:
             self._reset_envs(done_ids, obs)
         for k, v in obs.items():
             self.obs[k].copy_(v)
-        return self.obs, reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         self.sim.close()

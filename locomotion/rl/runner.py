@@ -151,6 +151,9 @@ class Runner:
         t0 = time.perf_counter()
         self.ppo.compute_returns(self.storage, self.env.obs["critic"])
         losses = self.ppo.update(self.storage)
+        # Normalizers move between iterations only, so the policy that collected a batch is
+        # exactly the one PPO's ratios and KL compare against.
+        self.policy.update_normalizers(self.storage.obs, self.storage.critic_obs)
         self.storage.clear()
         timing["learn"] = time.perf_counter() - t0
         wall = time.perf_counter() - start
@@ -181,7 +184,7 @@ class Runner:
         start = time.perf_counter()
         finished: dict[str, list[torch.Tensor]] = defaultdict(list)
         with torch.inference_mode():
-            obs = env.obs
+            obs = {k: v.clone() for k, v in env.obs.items()}
             for _ in range(self.num_steps):
                 act = policy.act(obs["policy"], obs["critic"])
                 t0 = time.perf_counter()
@@ -198,7 +201,6 @@ class Runner:
                                  dones=terminated | truncated, values=act.values,
                                  log_probs=act.log_prob, action_mean=act.action_mean,
                                  action_std=act.action_std)
-                policy.update_normalizers(obs["policy"], obs["critic"])
                 obs = next_obs
         total = time.perf_counter() - start
         episodes = {k: float(torch.cat(v).mean()) for k, v in finished.items()}

@@ -70,6 +70,12 @@ class ModelLayout:
 
 def build_model(spec: RobotSpec, solver: SolverProfile) -> tuple[mujoco.MjModel, ModelLayout]:
     """Compile the robot of ``spec`` under ``solver`` and return it with its layout."""
+    model = build_spec(spec, solver).compile()
+    return model, _layout(model, spec)
+
+
+def build_spec(spec: RobotSpec, solver: SolverProfile) -> mujoco.MjSpec:
+    """The edited, uncompiled MJCF of ``build_model`` (exporters write it out with ``to_xml``)."""
     mj = mujoco.MjSpec.from_file(str(spec.mjcf))
     base = _find(mj, "body", spec.base_body)
     _replace_world(mj, base)
@@ -91,8 +97,7 @@ def build_model(spec: RobotSpec, solver: SolverProfile) -> tuple[mujoco.MjModel,
             act.ctrlrange = list(joint.range)
     _add_sensors(mj, spec, base)
     _apply_solver(mj, spec, solver)
-    model = mj.compile()
-    return model, _layout(model, spec)
+    return mj
 
 
 def _find(mj: mujoco.MjSpec, kind: str, name: str):

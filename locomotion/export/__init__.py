@@ -1,0 +1,10 @@
+"""Deployment export: ONNX/TorchScript policies with a JSON sidecar and the robot's MJCF."""
+
+from locomotion.export.policy_export import (
+    ExportError,
+    ExportResult,
+    default_export_dir,
+    export_checkpoint,
+)
+
+__all__ = ["ExportError", "ExportResult", "default_export_dir", "export_checkpoint"]

@@ -1,0 +1,125 @@
+"""The ``policy.json`` sidecar: everything a player needs to run an exported policy.
+
+A deployment loop must rebuild the policy observation, map actions to actuator targets
+and reproduce the task's commands and failure check without the training code. This
+module writes all of that down from the env a checkpoint was trained in, so the sidecar
+is the single contract between training and ``scripts/deploy_mujoco.py`` (or a robot).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from locomotion.config import CONFIG_DIR
+from locomotion.envs.vec_env import LocomotionEnv
+from locomotion.sim.robot_spec import RobotSpec
+
+FORMAT = "locomotion-policy"
+VERSION = 1
+MODEL_FILE = "robot.xml"
+ONNX_FILE = "policy.onnx"
+TORCHSCRIPT_FILE = "policy.pt"
+SIDECAR_FILE = "policy.json"
+INPUT_NAME = "obs"
+OUTPUT_NAME = "actions"
+VERSIONED_PACKAGES = ("locomotion", "torch", "mujoco", "onnx", "onnxruntime", "numpy")
+
+
+def observation_term_sizes(spec: RobotSpec) -> dict[str, int]:
+    """Width of every observation term the velocity task can emit, for this robot."""
+    joints, feet = len(spec.joints), len(spec.feet)
+    return {"base_lin_vel": 3, "base_ang_vel": 3, "projected_gravity": 3, "commands": 3,
+            "joint_pos": joints, "joint_vel": joints, "actions": spec.num_actions,
+            "foot_contact": feet, "base_height": 1}
+
+
+def observation_layout(terms: DictConfig, spec: RobotSpec) -> list[dict[str, Any]]:
+    """Ordered ``{name, size, scale}`` of a policy observation group (scale: float or list)."""
+    sizes = observation_term_sizes(spec)
+    layout = []
+    for name, scale in terms.items():
+        scale = OmegaConf.to_object(scale) if OmegaConf.is_config(scale) else scale
+        if isinstance(scale, list) and len(scale) != sizes[name]:
+            raise ValueError(f"observation term {name!r} has {sizes[name]} components but "
+                             f"{len(scale)} scales {scale}")
+        layout.append({"name": str(name), "size": sizes[name], "scale": scale})
+    return layout
+
+
+def solver_profiles(trained: DictConfig) -> dict[str, dict[str, Any]]:
+    """Every profile in ``configs/solver`` plus the one the checkpoint was trained with."""
+    profiles = {p.stem: OmegaConf.to_container(OmegaConf.load(p))
+                for p in sorted((CONFIG_DIR / "solver").glob("*.yaml"))}
+    profiles[str(trained.name)] = OmegaConf.to_container(trained, resolve=True)
+    return {name: {k: v for k, v in p.items() if k != "name"} for name, p in profiles.items()}
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that produced (and must be able to read) the export."""
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def build_sidecar(env: LocomotionEnv, cfg: DictConfig, checkpoint: dict[str, Any],
+                  onnx_opset: int) -> dict[str, Any]:
+    """The sidecar of a policy trained by ``checkpoint`` in ``env`` (built from ``cfg``)."""
+    spec, task, model = env.spec, cfg.task, env.model
+    layout = observation_layout(task.observations.policy, spec)
+    obs_size = sum(t["size"] for t in layout)
+    if obs_size != env.observation_sizes["policy"]:
+        raise ValueError(f"observation layout adds up to {obs_size} values but the env's policy "
+                         f"observation has {env.observation_sizes['policy']}")
+    pd = spec.actuation == "pd"
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "robot": spec.name,
+        "files": {"model": MODEL_FILE, "onnx": ONNX_FILE, "torchscript": TORCHSCRIPT_FILE},
+        "policy": {"input": INPUT_NAME, "output": OUTPUT_NAME, "observation_size": obs_size,
+                   "num_actions": env.num_actions, "onnx_opset": onnx_opset},
+        "model": {"base_body": spec.base_body, "nq": model.nq, "nv": model.nv, "nu": model.nu},
+        "joints": list(spec.joints),
+        "default_joint_pos": list(spec.default_pose),
+        "actuation": spec.actuation,
+        "actuators": list(spec.actuators),
+        "default_ctrl": [float(v) for v in env.layout.default_ctrl],
+        "action_scale": spec.action_scale,
+        "action_clip": env.action_clip,
+        # PD gains of the position actuators in robot.xml (null: the model's own actuators).
+        "pd": {"kp": list(spec.kp), "kd": list(spec.kd),
+               "torque_limits": list(spec.torque_limits)} if pd else None,
+        "control_dt": env.control_dt,
+        "physics_timestep": env.solver.timestep,
+        "decimation": env.decimation,
+        "solver": env.solver.name,
+        "solver_profiles": solver_profiles(cfg.solver),
+        "feet": list(spec.feet),
+        "observation": {"size": obs_size, "terms": layout},
+        "commands": {"lin_vel_x": list(task.commands.lin_vel_x),
+                     "lin_vel_y": list(task.commands.lin_vel_y),
+                     "ang_vel_yaw": list(task.commands.ang_vel_yaw),
+                     "resample_time_s": float(task.commands.resample_time_s),
+                     "standing_fraction": float(task.commands.standing_fraction)},
+        "episode_length_s": float(task.episode_length_s),
+        "episode_length_steps": env.max_episode_length,
+        "init_state": {"base_height": spec.init_height,
+                       **OmegaConf.to_container(task.init_state, resolve=True)},
+        "termination": {
+            "max_tilt": float(task.terminations.max_tilt),
+            "contact_sensors": ([f"{b}_contact" for b in spec.terminate_contacts]
+                                if task.terminations.base_contact else []),
+        },
+        "foot_contact_sensors": [f"{f}_contact" for f in spec.feet],
+        "checkpoint": {"iteration": int(checkpoint["iteration"]),
+                       "env_steps": int(checkpoint["env_steps"])},
+        "versions": package_versions(),
+    }

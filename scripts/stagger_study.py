@@ -1,0 +1,407 @@
+"""Reset-schedule study: sync vs random_counter vs staggered over K, N and seeds.
+
+Every run (a cell of the grid) trains with ``Runner`` for the same number of env steps and
+writes its curve to ``<out_dir>/curves/<cell>.csv``; cells whose CSV exists are skipped, so
+an interrupted grid resumes where it stopped. Then the figures and the summary tables are
+(re)drawn from all curves in ``out_dir``.
+
+    python scripts/stagger_study.py                       # the toy grid (task=toy)
+    python scripts/stagger_study.py task=flat_velocity    # the quadruped grid (hours)
+    python scripts/stagger_study.py grid.seeds=[0,1,2,3,4]
+
+The return of a point is the mean over the episodes that ended in the last ceil(H / K)
+iterations: under sync every episode ends in the same iteration, and this window gives each
+schedule about one episode per env per point.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from locomotion.envs import LocomotionEnv
+from locomotion.envs.toy_horizon import PhaseTrackingEnv
+from locomotion.rl.runner import Runner
+
+COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid."""
+
+    schedule: str
+    rollout_length: int
+    num_envs: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.schedule}_K{self.rollout_length}_N{self.num_envs}_s{self.seed}"
+
+    @property
+    def group(self) -> tuple[str, int, int]:
+        """The cell without its seed: what the seeds are averaged over."""
+        return self.schedule, self.rollout_length, self.num_envs
+
+
+def study_settings(cfg: DictConfig) -> DictConfig:
+    """The per-task part of the study (N values, budget, threshold, config overrides)."""
+    if cfg.task.name not in cfg.study:
+        raise ValueError(f"no study settings for task {cfg.task.name!r}; "
+                         f"valid: {sorted(cfg.study)}")
+    return cfg.study[cfg.task.name]
+
+
+def grid_cells(cfg: DictConfig) -> list[Cell]:
+    """Every cell of the grid, checking that each gets exactly the env-step budget."""
+    study = study_settings(cfg)
+    cells = [Cell(s, int(k), int(n), int(seed)) for s in cfg.grid.schedules
+             for k in cfg.grid.rollout_lengths for n in study.num_envs for seed in cfg.grid.seeds]
+    for c in cells:
+        if int(study.env_steps) % (c.num_envs * c.rollout_length):
+            raise ValueError(f"env_steps {study.env_steps} is not a multiple of N * K = "
+                             f"{c.num_envs} * {c.rollout_length}: budgets would differ")
+    return cells
+
+
+def cell_config(cfg: DictConfig, cell: Cell) -> DictConfig:
+    """The training config of one cell: the task's overrides, then the cell's values."""
+    return OmegaConf.merge(cfg, study_settings(cfg).config, {
+        "num_envs": cell.num_envs, "seed": cell.seed,
+        "algo": {"num_steps": cell.rollout_length}, "reset": {"schedule": cell.schedule}})
+
+
+def make_env(cfg: DictConfig) -> PhaseTrackingEnv | LocomotionEnv:
+    """The toy for ``task=toy``, the quadruped env for every other task."""
+    return PhaseTrackingEnv(cfg) if cfg.task.name == "toy" else LocomotionEnv(cfg)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns): the share of the GAE targets the critic saw
+    coming (1 perfect, 0 no better than a constant, < 0 worse)."""
+    var = returns.var()
+    return float(1.0 - (returns - values).var() / var) if var > 0 else math.nan
+
+
+class ReturnWindow:
+    """Mean return of the episodes that ended within the last ``iterations`` iterations."""
+
+    def __init__(self, iterations: int):
+        self.entries: deque[tuple[float, float]] = deque(maxlen=iterations)
+
+    def add(self, episodes: dict[str, float]) -> tuple[float, float]:
+        """Add one iteration's episode statistics; return (windowed mean return, episodes)."""
+        count = episodes.get("count", 0.0)
+        self.entries.append((episodes.get("return", 0.0) * count, count))
+        total = sum(c for _, c in self.entries)
+        return (sum(s for s, _ in self.entries) / total if total else math.nan), total
+
+
+def curve_row(runner: Runner, stats: dict, window: ReturnWindow, wall_s: float) -> dict:
+    """One CSV row of a run's curve."""
+    ret, episodes = window.add(stats["episodes"])
+    losses = stats["losses"]
+    storage = runner.storage  # clear() only rewinds: the last batch's targets are still there
+    return {
+        "iteration": stats["iteration"], "env_steps": stats["env_steps"], "wall_s": wall_s,
+        "return": ret, "episodes": episodes, "value_loss": losses["value_loss"],
+        "explained_variance": explained_variance(storage.values, storage.returns),
+        "phase_uniformity": stats["phase_uniformity"], "learning_rate": losses["learning_rate"],
+        "action_std": losses["action_std"], "kl": losses["kl"],
+        **{f"phase_{i:02d}": float(p) for i, p in enumerate(stats["phase_histogram"])},
+    }
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
+    os.replace(tmp, path)
+
+
+def read_csv(path: Path) -> dict[str, np.ndarray]:
+    """A curve CSV as one float array per column."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
+    """Train one cell for the study's env-step budget and write its curve to ``path``."""
+    run_cfg = cell_config(cfg, cell)
+    env = make_env(run_cfg)
+    runner = Runner(env, run_cfg)
+    window = ReturnWindow(math.ceil(env.max_episode_length / cell.rollout_length))
+    rows: list[dict] = []
+    start = time.perf_counter()
+
+    def record(r: Runner, stats: dict) -> bool:
+        rows.append(curve_row(r, stats, window, time.perf_counter() - start))
+        return False
+
+    try:
+        runner.learn(int(study_settings(cfg).env_steps) // (cell.num_envs * cell.rollout_length),
+                     should_stop=record)
+    finally:
+        env.close()
+    write_csv(path, rows)
+
+
+def run_grid(cfg: DictConfig, out_dir: Path) -> list[Cell]:
+    """Run every cell that has no curve yet; return the cells that were run now."""
+    budget = int(study_settings(cfg).env_steps)
+    ran = []
+    for cell in grid_cells(cfg):
+        path = out_dir / "curves" / f"{cell.name}.csv"
+        if path.exists():
+            done = int(read_csv(path)["env_steps"][-1])
+            if done != budget:
+                raise ValueError(f"{path} ran {done} env steps, the study asks {budget}: "
+                                 "remove it or pick another out_dir")
+            continue
+        start = time.perf_counter()
+        run_cell(cfg, cell, path)
+        curve = read_csv(path)
+        print(f"{cell.name}: final return {curve['return'][-1]:.3f}, "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        ran.append(cell)
+    return ran
+
+
+# ---------------------------------------------------------------------- summary
+def first_crossing(curve: dict[str, np.ndarray], threshold: float) -> tuple[float, float]:
+    """(env steps, wall s) of the first point whose return reaches ``threshold``, else NaN."""
+    hit = np.flatnonzero(curve["return"] >= threshold)
+    if not len(hit):
+        return math.nan, math.nan
+    return float(curve["env_steps"][hit[0]]), float(curve["wall_s"][hit[0]])
+
+
+def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> list[dict]:
+    """Per (schedule, K, N): steps/wall to threshold and final return over seeds."""
+    groups: dict[tuple[str, int, int], list[Cell]] = {}
+    for cell in curves:
+        groups.setdefault(cell.group, []).append(cell)
+    rows = []
+    for (schedule, k, n), cells in sorted(groups.items(), key=lambda g: (g[0][1], g[0][2], g[0][0])):
+        steps, wall = zip(*(first_crossing(curves[c], threshold) for c in cells), strict=True)
+        reached = [s for s in steps if not math.isnan(s)]
+        final = [float(curves[c]["return"][-1]) for c in cells]
+        rows.append({
+            "schedule": schedule, "K": k, "N": n, "seeds": len(cells), "reached": len(reached),
+            "steps_to_threshold_mean": np.mean(reached) if reached else math.nan,
+            "steps_to_threshold_std": np.std(reached) if reached else math.nan,
+            "wall_s_to_threshold_mean": np.nanmean(wall) if reached else math.nan,
+            "final_return_mean": np.mean(final), "final_return_std": np.std(final),
+            "steps_to_threshold_per_seed": " ".join(
+                f"s{c.seed}:{'-' if math.isnan(s) else int(s)}"
+                for c, s in zip(cells, steps, strict=True)),
+        })
+    return rows
+
+
+def markdown_table(rows: list[dict], threshold: float, budget: int) -> str:
+    """The summary as a markdown table; '-' marks seeds that never reached the threshold."""
+    lines = [f"Threshold: return >= {threshold}; budget {budget:,} env steps per run; "
+             "mean ± std over the seeds that reached it (reached / seeds).", "",
+             "| K | N | schedule | env steps to threshold | reached | final return |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        steps = ("never" if not r["reached"] else
+                 f"{r['steps_to_threshold_mean'] / 1e3:.0f}k ± "
+                 f"{r['steps_to_threshold_std'] / 1e3:.0f}k")
+        lines.append(f"| {r['K']} | {r['N']} | {r['schedule']} | {steps} | "
+                     f"{r['reached']}/{r['seeds']} | "
+                     f"{r['final_return_mean']:.3f} ± {r['final_return_std']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(rows: list[dict], out_dir: Path, threshold: float, budget: int) -> None:
+    with (out_dir / "summary.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out_dir / "summary.md").write_text(markdown_table(rows, threshold, budget))
+
+
+# ---------------------------------------------------------------------- figures
+def mean_band(curves: list[dict[str, np.ndarray]], x: str, y: str, points: int = 200):
+    """Seeds interpolated onto a common x grid: (x, mean, min, max)."""
+    end = min(c[x][-1] for c in curves)
+    grid = np.linspace(min(c[x][0] for c in curves), end, points)
+    ys = np.stack([np.interp(grid, c[x], np.nan_to_num(c[y], nan=0.0)) for c in curves])
+    return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]:
+    groups: dict[tuple[str, int, int], list[dict]] = {}
+    for cell in sorted(curves, key=lambda c: c.seed):
+        groups.setdefault(cell.group, []).append(curves[cell])
+    return groups
+
+
+def plot_returns(curves: dict[Cell, dict], x: str, threshold: float, path: Path) -> None:
+    """Return vs ``x`` (env_steps or wall_s): one panel per (K, N), one band per schedule."""
+    import matplotlib.pyplot as plt
+
+    groups = by_group(curves)
+    ks = sorted({k for _, k, _ in groups})
+    ns = sorted({n for _, _, n in groups})
+    fig, axes = plt.subplots(len(ks), len(ns), figsize=(4 * len(ns), 3 * len(ks)),
+                             squeeze=False, sharey=True)
+    for (schedule, k, n), runs in groups.items():
+        ax = axes[ks.index(k)][ns.index(n)]
+        grid, mean, low, high = mean_band(runs, x, "return")
+        ax.plot(grid, mean, color=COLORS[schedule], label=schedule)
+        ax.fill_between(grid, low, high, color=COLORS[schedule], alpha=0.2, linewidth=0)
+        ax.axhline(threshold, color="k", linestyle=":", linewidth=0.8)
+        ax.set_title(f"K = {k}, N = {n}")
+    for ax in axes[-1]:
+        ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)")
+    for row in axes:
+        row[0].set_ylabel("episode return")
+    axes[0][0].legend(loc="lower right", fontsize="small")
+    fig.suptitle(f"Return vs {'env steps' if x == 'env_steps' else 'wall-clock'}: "
+                 "mean over seeds, band = min..max")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_phase_histograms(curves: dict[Cell, dict], iterations: int, path: Path) -> None:
+    """Episode-phase histogram of every batch over the first iterations, per schedule."""
+    import matplotlib.pyplot as plt
+
+    k, n = min(c.rollout_length for c in curves), min(c.num_envs for c in curves)
+    seed = min(c.seed for c in curves)
+    cells = sorted((c for c in curves if (c.rollout_length, c.num_envs, c.seed) == (k, n, seed)),
+                   key=lambda c: list(COLORS).index(c.schedule))
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.5 * len(cells), 3.2), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        curve = curves[cell]
+        bins = sorted(c for c in curve if c.startswith("phase_") and c[6:].isdigit())
+        hist = np.stack([curve[b][:iterations] for b in bins])
+        image = ax.imshow(hist, aspect="auto", origin="lower", cmap="viridis", vmin=0,
+                          extent=(0.5, hist.shape[1] + 0.5, 0.0, 1.0))
+        ax.set_title(f"{cell.schedule} (uniformity "
+                     f"{curve['phase_uniformity'][:iterations].mean():.2f})")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("episode phase t / H")
+        fig.colorbar(image, ax=ax, label="share of batch")
+    fig.suptitle(f"Where in the episode each batch's steps come from (K = {k}, N = {n}, "
+                 f"seed {seed})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_critic(curves: dict[Cell, dict], path: Path) -> None:
+    """Value loss and explained variance over env steps at the smallest K, per N."""
+    import matplotlib.pyplot as plt
+
+    groups = by_group(curves)
+    k = min(k for _, k, _ in groups)
+    ns = sorted({n for _, _, n in groups})
+    fig, axes = plt.subplots(2, len(ns), figsize=(4 * len(ns), 5.5), squeeze=False,
+                             sharex="col")
+    for (schedule, kk, n), runs in groups.items():
+        if kk != k:
+            continue
+        for row, metric in enumerate(("value_loss", "explained_variance")):
+            grid, mean, _, _ = mean_band(runs, "env_steps", metric, points=400)
+            axes[row][ns.index(n)].plot(grid, mean, color=COLORS[schedule], label=schedule,
+                                        linewidth=0.8)
+    for col, n in enumerate(ns):
+        axes[0][col].set_title(f"K = {k}, N = {n}")
+        axes[0][col].set_yscale("log")
+        axes[1][col].set_ylim(-1.0, 1.0)
+        axes[1][col].set_xlabel("env steps")
+    axes[0][0].set_ylabel("value loss")
+    axes[1][0].set_ylabel("explained variance")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle("Critic over training (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_scaling(rows: list[dict], path: Path) -> None:
+    """Final return and env steps to threshold against N, one line per (schedule, K)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    ks = sorted({r["K"] for r in rows})
+    for schedule in COLORS:
+        for k in ks:
+            sel = sorted((r for r in rows if r["schedule"] == schedule and r["K"] == k),
+                         key=lambda r: r["N"])
+            if not sel:
+                continue
+            style = {"color": COLORS[schedule], "linestyle": LINESTYLES[ks.index(k) % 4],
+                     "marker": "o", "capsize": 3, "label": f"{schedule} K={k}"}
+            ns = [r["N"] for r in sel]
+            axes[0].errorbar(ns, [r["final_return_mean"] for r in sel],
+                             [r["final_return_std"] for r in sel], **style)
+            axes[1].errorbar(ns, [r["steps_to_threshold_mean"] for r in sel],
+                             [r["steps_to_threshold_std"] for r in sel], **style)
+    axes[0].set_ylabel("final return")
+    axes[1].set_ylabel("env steps to threshold (seeds that reached it)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N (parallel envs)")
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize="x-small", ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(cfg: DictConfig, out_dir: Path) -> None:
+    """Summary tables and figures from every curve of this study in ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    study = study_settings(cfg)
+    threshold = float(study.threshold)
+    curves = {c: read_csv(out_dir / "curves" / f"{c.name}.csv") for c in grid_cells(cfg)}
+    rows = summarize(curves, threshold)
+    write_summary(rows, out_dir, threshold, int(study.env_steps))
+    plot_returns(curves, "env_steps", threshold, out_dir / "return_vs_env_steps.png")
+    plot_returns(curves, "wall_s", threshold, out_dir / "return_vs_wall_clock.png")
+    plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")
+    plot_critic(curves, out_dir / "critic.png")
+    plot_scaling(rows, out_dir / "scaling_with_n.png")
+
+
+@hydra.main(config_path="../configs", config_name="stagger_study", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    if cfg.torch_threads:
+        torch.set_num_threads(int(cfg.torch_threads))
+    out_dir = Path(to_absolute_path(cfg.out_dir))
+    start = time.perf_counter()
+    ran = run_grid(cfg, out_dir)
+    print(f"ran {len(ran)} of {len(grid_cells(cfg))} runs in {time.perf_counter() - start:.0f} s")
+    report(cfg, out_dir)
+    print(f"figures and summary in {out_dir}")
+
+
+if __name__ == "__main__":
+    main()

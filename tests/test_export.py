@@ -1,0 +1,218 @@
+"""Deployment export: numerical round trip, sidecar layout, the standalone player, refusals."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from locomotion.config import load_config
+from locomotion.envs import LocomotionEnv
+from locomotion.export import ExportError, export_checkpoint, policy_export
+from locomotion.export.verification import record_observations
+from locomotion.rl.checkpoint import load_checkpoint, save_checkpoint
+from locomotion.rl.runner import Runner, policy_from_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAYER = ROOT / "scripts" / "deploy_mujoco.py"
+TRAIN = ["num_envs=16", "algo.num_steps=8", "reset=sync", "logging.tensorboard=false"]
+TOLERANCE = 1e-5
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+
+
+@functools.cache
+def load_player():
+    """scripts/deploy_mujoco.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("deploy_mujoco", PLAYER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_checkpoint(run_dir: Path, *overrides: str) -> Path:
+    """One PPO iteration (so the normalizer is not the identity), saved as a checkpoint."""
+    cfg = load_config("train", [*TRAIN, *overrides])
+    runner = Runner(LocomotionEnv(cfg), cfg, log_dir=run_dir)
+    runner.learn(1)
+    runner.env.close()
+    # A fresh head outputs ~0.1; scale it so the error bound is tested on O(1) actions.
+    runner.policy.actor[-1].weight.data.mul_(10.0)
+    return runner.save()
+
+
+def checkpoint_env(checkpoint: Path, num_envs: int) -> LocomotionEnv:
+    cfg = OmegaConf.create(load_checkpoint(checkpoint)["config"])
+    cfg.num_envs = num_envs
+    cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
+    return LocomotionEnv(cfg)
+
+
+@pytest.fixture(scope="module")
+def go1(tmp_path_factory):
+    """A go1 checkpoint and its export (into the default ``<run>/exported``)."""
+    checkpoint = train_checkpoint(tmp_path_factory.mktemp("go1"))
+    result = export_checkpoint(checkpoint)
+    print(result.summary())
+    return checkpoint, result
+
+
+def test_exported_graphs_match_the_torch_policy(go1):
+    checkpoint, result = go1
+    assert result.out_dir == checkpoint.parent.parent / "exported"
+    assert result.num_observations == 64 * 17
+    assert all(err <= TOLERANCE for err in result.errors.values()), result.errors
+
+    policy = policy_from_checkpoint(load_checkpoint(checkpoint)).inference_policy()
+    env = checkpoint_env(checkpoint, num_envs=32)
+    obs = record_observations(env, policy, num_steps=8)
+    env.close()
+    expected = policy(obs).numpy()
+    assert np.abs(expected).max() > 0.5  # the bound below is not vacuous
+
+    session = ort.InferenceSession(str(result.out_dir / "policy.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    (inp,), (out,) = session.get_inputs(), session.get_outputs()
+    assert (inp.name, out.name) == ("obs", "actions")
+    assert isinstance(inp.shape[0], str) and inp.shape[1] == obs.shape[1]  # dynamic batch
+    scripted = torch.jit.load(str(result.out_dir / "policy.pt"))
+    for rows in (obs, obs[:1], obs[:7]):
+        want = policy(rows).numpy()
+        onnx_err = np.abs(session.run(None, {"obs": rows.numpy()})[0] - want).max()
+        script_err = np.abs(scripted(rows).numpy() - want).max()
+        assert onnx_err <= TOLERANCE and script_err <= TOLERANCE, (onnx_err, script_err)
+
+
+def test_sidecar_layout_reproduces_the_env_observation(go1):
+    checkpoint, result = go1
+    player = load_player()
+    sidecar = player.load_sidecar(result.out_dir / "policy.json")
+    model = player.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
+    observer = player.Observer(sidecar, model)
+
+    env = checkpoint_env(checkpoint, num_envs=8)
+    assert (model.nq, model.nv, model.nu) == (env.model.nq, env.model.nv, env.model.nu)
+    np.testing.assert_allclose(model.actuator_gainprm, env.model.actuator_gainprm, rtol=1e-6)
+    np.testing.assert_allclose(model.actuator_biasprm, env.model.actuator_biasprm, rtol=1e-6)
+    assert sidecar["joints"] == list(env.spec.joints)
+    assert sidecar["observation"]["size"] == env.observation_sizes["policy"]
+    assert sidecar["decimation"] * sidecar["physics_timestep"] == pytest.approx(env.control_dt)
+
+    policy = policy_from_checkpoint(load_checkpoint(checkpoint)).inference_policy()
+    record_observations(env, policy, num_steps=5)  # moving, not spawn, states
+    qpos, qvel = env.sim.qpos.numpy(), env.sim.qvel.numpy()
+    for i in range(env.num_envs):
+        built = observer(qpos[i], qvel[i], env.task.commands[i].numpy(), env.actions[i].numpy())
+        np.testing.assert_allclose(built, env.obs["policy"][i].numpy(), rtol=1e-5, atol=1e-5)
+    env.close()
+
+
+def test_player_loop_follows_the_env_from_the_same_state(go1):
+    """Same state, commands and policy: the player's control loop tracks the env's physics."""
+    checkpoint, result = go1
+    player_mod = load_player()
+    sidecar = player_mod.load_sidecar(result.out_dir / "policy.json")
+    model = player_mod.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
+    env = checkpoint_env(checkpoint, num_envs=2)
+    rng = np.random.default_rng(0)
+    commander = player_mod.Commander(sidecar, env.task.commands[0].double().numpy(), rng)
+    player = player_mod.Player(sidecar, model,
+                               player_mod.OnnxPolicy(result.out_dir / "policy.onnx", sidecar),
+                               commander, rng)
+    player.reset(env.sim.qpos[0].numpy(), env.sim.qvel[0].numpy())
+    policy = policy_from_checkpoint(load_checkpoint(checkpoint)).inference_policy()
+    with torch.inference_mode():
+        for _ in range(10):
+            _, _, terminated, _, _ = env.step(policy(env.obs["policy"]))
+            assert not terminated[0]
+            player.step()
+    # ~1e-6 apart in practice (float32 observations, ONNX vs torch); a wrong action scale,
+    # default or decimation would be off by 1e-2 or more.
+    np.testing.assert_allclose(player.data.qpos, env.sim.qpos[0].numpy(), atol=1e-4)
+    np.testing.assert_allclose(player.last_action, env.actions[0].numpy(), atol=1e-4)
+    env.close()
+
+
+def test_player_runs_without_torch_or_the_training_code(go1):
+    _, result = go1
+    onnx_path = str(result.out_dir / "policy.onnx")
+    run = subprocess.run([sys.executable, str(PLAYER), onnx_path, "--episodes", "1",
+                          "--solver", "fidelity", "--vx", "0.5", "--check-imports"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("episode 0:")
+    summary = json.loads(next(line for line in lines if line.startswith("{")))
+    assert summary["solver"] == "fidelity" and summary["decimation"] == 10
+    assert summary["commands"] == "fixed" and summary["episodes"] == 1
+    for key in ("survival", "tracking_error", "distance"):
+        assert np.isfinite(summary[key])
+    imported = json.loads(lines[-1].removeprefix("imports: "))
+    assert "onnxruntime" in imported and "mujoco" in imported
+    assert not {"torch", "locomotion", "tasks", "robots"} & set(imported), imported
+
+    default = load_player().main([onnx_path, "--episodes", "1"])
+    assert default["solver"] == "fast" and default["decimation"] == 4
+    assert default["commands"] == "resampled"
+
+
+def test_checkpoints_that_do_not_fit_are_refused(go1, tmp_path):
+    go1_checkpoint, go1_result = go1
+    dmc_checkpoint = train_checkpoint(tmp_path / "dmc", "robot=dmc_quadruped", "num_envs=8")
+
+    data = load_checkpoint(dmc_checkpoint)
+    data["config"]["robot"]["spec"] = "go1"  # dmc weights, config edited to another robot
+    save_checkpoint(tmp_path / "relabelled.pt", data)
+    with pytest.raises(ExportError, match="refusing to export"):
+        export_checkpoint(tmp_path / "relabelled.pt", tmp_path / "out")
+
+    data = load_checkpoint(go1_checkpoint)
+    del data["config"]["task"]["observations"]["policy"]["actions"]  # 48 -> 36 observations
+    save_checkpoint(tmp_path / "fewer_obs.pt", data)
+    with pytest.raises(ExportError, match="observation_sizes"):
+        export_checkpoint(tmp_path / "fewer_obs.pt", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+    # The player refuses files of different robots put together.
+    dmc = export_checkpoint(dmc_checkpoint).out_dir
+    player = load_player()
+    go1_sidecar = player.load_sidecar(go1_result.out_dir / "policy.json")
+    with pytest.raises(player.DeployError, match="56 observations"):
+        player.OnnxPolicy(dmc / "policy.onnx", go1_sidecar)
+    with pytest.raises(player.DeployError, match="different robots"):
+        player.load_model(dmc / "robot.xml", go1_sidecar, "fast")
+    mislabelled = {**player.load_sidecar(dmc / "policy.json"), "robot": "go1"}
+    with pytest.raises(player.DeployError, match="exported for robot 'dmc_quadruped'"):
+        player.OnnxPolicy(dmc / "policy.onnx", mislabelled)
+
+
+def test_export_that_misses_the_tolerance_fails_and_writes_nothing(go1, tmp_path, monkeypatch):
+    checkpoint, _ = go1
+    monkeypatch.setattr(policy_export, "max_abs_errors",
+                        lambda *args: {"onnx": 3.2e-4, "torchscript": 1e-8})
+    with pytest.raises(ExportError, match=r"max abs error \{'onnx': 0.00032\} > tolerance 1e-05"):
+        export_checkpoint(checkpoint, tmp_path / "out")
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_robot_xml_loads_in_plain_mujoco(go1):
+    _, result = go1
+    model = mujoco.MjModel.from_xml_path(str(result.out_dir / "robot.xml"))
+    sidecar = json.loads((result.out_dir / "policy.json").read_text())
+    assert (model.nq, model.nv, model.nu) == tuple(sidecar["model"][k] for k in ("nq", "nv", "nu"))
+    kp = model.actuator_gainprm[:, 0]
+    kd = -model.actuator_biasprm[:, 2]
+    np.testing.assert_allclose(kp, sidecar["pd"]["kp"])
+    np.testing.assert_allclose(kd, sidecar["pd"]["kd"])
+    np.testing.assert_allclose(model.actuator_forcerange[:, 1], sidecar["pd"]["torque_limits"])
