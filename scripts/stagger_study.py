@@ -201,7 +201,9 @@ def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> li
     for cell in curves:
         groups.setdefault(cell.group, []).append(cell)
     rows = []
-    for (schedule, k, n), cells in sorted(groups.items(), key=lambda g: (g[0][1], g[0][2], g[0][0])):
+    order = list(COLORS)
+    for (schedule, k, n), cells in sorted(groups.items(),
+                                          key=lambda g: (g[0][1], g[0][2], order.index(g[0][0]))):
         steps, wall = zip(*(first_crossing(curves[c], threshold) for c in cells), strict=True)
         reached = [s for s in steps if not math.isnan(s)]
         final = [float(curves[c]["return"][-1]) for c in cells]
@@ -234,12 +236,34 @@ def markdown_table(rows: list[dict], threshold: float, budget: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(rows: list[dict], out_dir: Path, threshold: float, budget: int) -> None:
+def paired_wins(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> str:
+    """Per (K, N), in how many seeds each schedule reached the threshold in fewer env steps
+    than sync with the same seed (a run that never reaches it counts as infinitely slow)."""
+    def steps(cell: Cell) -> float:
+        s = first_crossing(curves[cell], threshold)[0] if cell in curves else math.nan
+        return math.inf if math.isnan(s) else s
+
+    lines = ["| K | N | schedule | seeds faster than sync (same seed) |", "|---|---|---|---|"]
+    for k, n in sorted({(c.rollout_length, c.num_envs) for c in curves}):
+        seeds = sorted({c.seed for c in curves if c.group == ("sync", k, n)})
+        for schedule in [s for s in COLORS if s != "sync"]:
+            pairs = [(Cell(schedule, k, n, seed), Cell("sync", k, n, seed)) for seed in seeds]
+            pairs = [(a, b) for a, b in pairs if a in curves]
+            if pairs:
+                wins = sum(steps(a) < steps(b) for a, b in pairs)
+                lines.append(f"| {k} | {n} | {schedule} | {wins}/{len(pairs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(curves: dict[Cell, dict[str, np.ndarray]], rows: list[dict], out_dir: Path,
+                  threshold: float, budget: int) -> None:
+    """summary.csv (one row per schedule, K, N) and summary.md (the tables)."""
     with (out_dir / "summary.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out_dir / "summary.md").write_text(markdown_table(rows, threshold, budget))
+    (out_dir / "summary.md").write_text(markdown_table(rows, threshold, budget) + "\n"
+                                        + paired_wins(curves, threshold))
 
 
 # ---------------------------------------------------------------------- figures
@@ -367,7 +391,8 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (parallel envs)")
-    axes[1].set_yscale("log")
+    if any(r["reached"] for r in rows):  # log scale needs at least one finite value
+        axes[1].set_yscale("log")
     axes[0].legend(fontsize="x-small", ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -383,7 +408,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     threshold = float(study.threshold)
     curves = {c: read_csv(out_dir / "curves" / f"{c.name}.csv") for c in grid_cells(cfg)}
     rows = summarize(curves, threshold)
-    write_summary(rows, out_dir, threshold, int(study.env_steps))
+    write_summary(curves, rows, out_dir, threshold, int(study.env_steps))
     plot_returns(curves, "env_steps", threshold, out_dir / "return_vs_env_steps.png")
     plot_returns(curves, "wall_s", threshold, out_dir / "return_vs_wall_clock.png")
     plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")

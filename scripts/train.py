@@ -4,6 +4,7 @@ Examples:
     python scripts/train.py
     python scripts/train.py num_envs=2048 reset=sync algo.num_steps=16 seed=3
     python scripts/train.py resume=runs/<run>/checkpoints/latest.pt
+    python scripts/train.py sim=warp device=cuda num_envs=8192   # MuJoCo Warp on a GPU
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from locomotion.rl.runner import Runner
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if cfg.device != "cpu":
-        raise ValueError(f"device {cfg.device!r} is not available with sim=native; valid: cpu")
     if cfg.torch_threads:
         torch.set_num_threads(int(cfg.torch_threads))
     run_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -39,21 +39,23 @@ class VelocityTask:
     """Commands, observations, rewards and terminations for velocity tracking."""
 
     def __init__(self, cfg: DictConfig, spec: RobotSpec, layout: ModelLayout, num_envs: int,
-                 dt: float, generator: torch.Generator):
+                 dt: float, generator: torch.Generator, device: torch.device | str = "cpu"):
+        """``generator`` (CPU) draws every random number; buffers live on ``device``."""
         self.cfg = cfg
         self.num_envs = num_envs
         self.dt = dt
         self.gen = generator
+        self.device = dev = torch.device(device)
         f32 = torch.float32
-        self.default_pose = torch.tensor(spec.default_pose, dtype=f32)
+        self.default_pose = torch.tensor(spec.default_pose, dtype=f32, device=dev)
         self.init_height = spec.init_height
-        self.joint_qpos = torch.as_tensor(layout.joint_qpos)
-        self.joint_qvel = torch.as_tensor(layout.joint_qvel)
-        rng = torch.as_tensor(layout.joint_range, dtype=f32)
+        self.joint_qpos = torch.as_tensor(layout.joint_qpos, device=dev)
+        self.joint_qvel = torch.as_tensor(layout.joint_qvel, device=dev)
+        rng = torch.as_tensor(layout.joint_range, dtype=f32, device=dev)
         mid, half = rng.mean(1), 0.5 * (rng[:, 1] - rng[:, 0]) * cfg.rewards.soft_joint_limit
         self.soft_limits = torch.stack((mid - half, mid + half), dim=1)
         def cols(names):
-            return torch.as_tensor(layout.columns(names))
+            return torch.as_tensor(layout.columns(names), device=dev)
 
         self.foot_contact_cols = cols([f"{f}_contact" for f in spec.feet])
         self.bad_contact_cols = cols([f"{b}_contact" for b in spec.terminate_contacts])
@@ -61,11 +63,11 @@ class VelocityTask:
                                if spec.undesired_contacts else None)
         self.torque_cols = cols([f"{a}_force" for a in spec.actuators])
 
-        self.commands = torch.zeros(num_envs, 3)
-        self.command_timer = torch.zeros(num_envs)
-        self.air_time = torch.zeros(num_envs, len(spec.feet))
-        self.last_contact = torch.ones(num_envs, len(spec.feet), dtype=torch.bool)
-        self.last_joint_vel = torch.zeros(num_envs, len(spec.joints))
+        self.commands = torch.zeros(num_envs, 3, device=dev)
+        self.command_timer = torch.zeros(num_envs, device=dev)
+        self.air_time = torch.zeros(num_envs, len(spec.feet), device=dev)
+        self.last_contact = torch.ones(num_envs, len(spec.feet), dtype=torch.bool, device=dev)
+        self.last_joint_vel = torch.zeros(num_envs, len(spec.joints), device=dev)
 
         r = cfg.rewards
         self.tracking_sigma = float(r.tracking_sigma)
@@ -82,28 +84,29 @@ class VelocityTask:
             if bad:
                 raise ValueError(f"unknown observation terms {bad} in group {group!r}; "
                                  f"valid: {sorted(OBSERVATION_TERMS)}")
-        self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32) for k, v in terms.items()}
+        self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32, device=dev)
+                               for k, v in terms.items()}
                            for g, terms in cfg.observations.items()}
 
     # ----------------------------------------------------------------- commands / resets
     def _uniform(self, n: int, low_high) -> torch.Tensor:
         low, high = float(low_high[0]), float(low_high[1])
-        return low + (high - low) * torch.rand(n, generator=self.gen)
+        return (low + (high - low) * torch.rand(n, generator=self.gen)).to(self.device)
 
     def sample_commands(self, env_ids: torch.Tensor) -> None:
         """Draw new commands for ``env_ids``; a configured share stand still."""
         c, n = self.cfg.commands, len(env_ids)
         cmd = torch.stack((self._uniform(n, c.lin_vel_x), self._uniform(n, c.lin_vel_y),
                            self._uniform(n, c.ang_vel_yaw)), dim=1)
-        stand = torch.rand(n, generator=self.gen) < c.standing_fraction
+        stand = (torch.rand(n, generator=self.gen) < c.standing_fraction).to(self.device)
         self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
         self.command_timer[env_ids] = c.resample_time_s
 
     def initial_state(self, env_ids: torch.Tensor, nq: int, nv: int):
         """Spawn states for ``env_ids``: default pose scaled, random heading, small velocity."""
         n, s = len(env_ids), self.cfg.init_state
-        qpos = torch.zeros(n, nq)
-        qvel = torch.zeros(n, nv)
+        qpos = torch.zeros(n, nq, device=self.device)
+        qvel = torch.zeros(n, nv, device=self.device)
         qpos[:, 0:2] = self._uniform(2 * n, (-s.base_xy, s.base_xy)).view(n, 2)
         qpos[:, 2] = self.init_height
         qpos[:, 3:7] = yaw_quat(self._uniform(n, (-s.base_yaw, s.base_yaw)))
@@ -149,7 +152,7 @@ class VelocityTask:
         else:
             contact = self.last_contact[env_ids]
         undesired = (sens[:, self.undesired_cols] > 0).sum(1) if self.undesired_cols is not None \
-            else torch.zeros(len(qpos))
+            else torch.zeros(len(qpos), device=qpos.device)
         return World(
             base_pos=qpos[:, 0:3],
             base_quat=quat,

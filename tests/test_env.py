@@ -364,7 +364,7 @@ def test_reward_terms_present_and_finite(make_env):
      "projected_gravity"),
     ("reset.schedule=shuffled", "unknown reset schedule 'shuffled'", "random_counter"),
     ("reset.warmup=expert", "unknown warm-up policy 'expert'", "zero"),
-    ("sim.backend=warp", "unknown sim backend 'warp'", "native"),
+    ("sim.backend=mjx", "unknown sim backend 'mjx'", "warp"),
 ])
 def test_unknown_names_raise(make_env, override, match, listed):
     """Unknown config names raise ValueError listing the valid ones."""

@@ -72,9 +72,9 @@ class ResetSchedule:
 class PhaseHistogram:
     """Histogram of episode phase (step / H) over the env steps of one batch."""
 
-    def __init__(self, num_bins: int = 20):
+    def __init__(self, num_bins: int = 20, device: torch.device | str = "cpu"):
         self.num_bins = num_bins
-        self.counts = torch.zeros(num_bins, dtype=torch.long)
+        self.counts = torch.zeros(num_bins, dtype=torch.long, device=device)
 
     def record(self, episode_length: torch.Tensor, horizon: int) -> None:
         bins = (episode_length * self.num_bins // horizon).clamp(0, self.num_bins - 1)
@@ -86,8 +86,9 @@ class PhaseHistogram:
         Uniformity is the entropy of the histogram over log(bins): 1 when every phase of
         the horizon is equally present, 0 when the whole batch sits in one slice.
         """
-        total = self.counts.sum().clamp(min=1)
-        p = self.counts.double() / total
+        counts = self.counts.cpu()
+        total = counts.sum().clamp(min=1)
+        p = counts.double() / total
         nz = p[p > 0]
         uniformity = float(-(nz * nz.log()).sum() / math.log(self.num_bins))
         self.counts.zero_()

@@ -2,16 +2,18 @@
 
 A point ``x`` in the plane must follow a fixed closed path ``c(phase)`` with
 ``phase = step / H``. The path is hidden: the agent observes only ``x`` and the phase (as
-cos/sin), so the right action ``(c(phase') - x) / step_size`` is a different function in every
-part of the episode, and the reward weight ``w(phase)`` (mean 1) makes the values differ too.
+cos/sin of its first F harmonics), so the right action ``(c(phase') - x) / step_size`` is a
+different function in every part of the episode, and the reward weight ``w(phase)`` (mean 1)
+makes the values differ too.
 
 Why it exposes the effect: with synchronized resets and K << H, iteration j trains actor and
 critic only on phases [(j-1)K, jK) / H. Nothing in the batch pins down what the networks do
-at the other phases (the KL and clip limits are measured on the batch only), so what was
-learned there drifts while the current slice is fitted, and the full-episode return keeps
-falling back. When every batch covers the whole horizon, each update fits all phases at
-once. The return of an episode is the mean over its steps of ``w * exp(-(|x - c| / tol)^2)``:
-1 is perfect tracking of the whole path, so a threshold reads as a share of the best.
+at the other phases (the KL and clip limits are measured on the batch only), and the phase
+features are global, so fitting the current slice moves the functions at every other phase:
+what was learned there is forgotten and the full-episode return keeps falling back. When
+every batch covers the whole horizon, each update fits all phases at once. The return of an
+episode is the mean over its steps of ``w * exp(-(|x - c| / tol)^2)``: 1 is perfect tracking
+of the whole path, so a threshold reads as a share of the best.
 
 Because the phase is read from the episode counter, ``random_counter`` desynchronizes the
 data from the first step as well; it differs from ``staggered`` only in that ``x`` starts at
@@ -71,11 +73,10 @@ class PhaseTrackingEnv:
         if cfg.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
         task = cfg.task
-        self.cfg = cfg
         self.num_envs = int(cfg.num_envs)
         self.num_actions = int(task.dim)
         self.max_episode_length = int(task.horizon)
-        self.spec = ToySpec(f"toy:{task.name}")
+        self.spec = ToySpec(str(task.name))
         self.device = torch.device("cpu")
         self.step_size = float(task.step_size)
         self.tolerance = float(task.tolerance)
@@ -88,7 +89,7 @@ class PhaseTrackingEnv:
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
-        self.phase = PhaseHistogram()
+        self.phase = PhaseHistogram(int(task.phase_bins))
         self.diverged_count = 0
         self.x = torch.zeros(self.num_envs, self.num_actions)
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
@@ -138,7 +139,9 @@ class PhaseTrackingEnv:
         if actions.shape != (self.num_envs, self.num_actions):
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.num_actions}) "
                              f"(num_envs, num_actions), got {tuple(actions.shape)}")
-        self.x += self.step_size * actions.nan_to_num(0.0).clamp(-1.0, 1.0)
+        if not torch.isfinite(actions).all():
+            raise ValueError("actions contain NaN or inf")
+        self.x += self.step_size * actions.clamp(-1.0, 1.0)
         self.episode_length += 1
         self.phase.record(self.episode_length - 1, self.max_episode_length)
         phase = self.episode_length / self.max_episode_length

@@ -21,15 +21,31 @@ from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
 
-BACKENDS = ("native",)
+BACKENDS = ("native", "warp")
 Obs = dict[str, torch.Tensor]
 
 
-def make_backend(cfg: DictConfig, model, num_envs: int):
-    """The physics backend named by ``cfg.backend``."""
+def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | str = "cpu"):
+    """The physics backend named by ``cfg.backend``, holding its state on ``device``."""
     if cfg.backend == "native":
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
         return NativeBackend(model, num_envs, nthread=cfg.get("nthread"))
+    if cfg.backend == "warp":
+        from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
+
+        return WarpBackend(model, num_envs, device, nconmax=cfg.get("nconmax"),
+                           njmax=cfg.get("njmax"), graph=cfg.get("graph", True),
+                           overflow_check_every=cfg.get("overflow_check_every", 50))
     raise ValueError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device ``name`` names, with the current CUDA device filled in for "cuda"."""
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 class LocomotionEnv:
@@ -49,32 +65,34 @@ class LocomotionEnv:
             raise ValueError(f"control_dt {self.control_dt} is not a multiple of the solver "
                              f"timestep {self.solver.timestep}")
         self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
-        self.gen = torch.Generator().manual_seed(int(cfg.seed))
+        self.gen = torch.Generator().manual_seed(int(cfg.seed))  # CPU: same draws on any device
+        self.device = device = resolve_device(cfg.get("device", "cpu"))
         self.task = tasks.task_class(cfg.task.name)(cfg.task, self.spec, self.layout,
-                                                    self.num_envs, self.control_dt, self.gen)
+                                                    self.num_envs, self.control_dt, self.gen,
+                                                    device=device)
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
-        self.phase = PhaseHistogram()
-        self.sim = make_backend(cfg.sim, self.model, self.num_envs)  # last: owns threads
-        self.device = self.sim.device
+        self.phase = PhaseHistogram(device=device)
+        self.sim = make_backend(cfg.sim, self.model, self.num_envs, device)  # last: owns threads
         self.num_actions = self.spec.num_actions
         self.action_clip = float(cfg.task.action_clip)
-        self._actuator_ids = torch.as_tensor(self.layout.actuator_ids)
-        self._ctrl = torch.tensor(self.layout.default_ctrl, dtype=torch.float64).repeat(
-            self.num_envs, 1) if self.spec.actuation == "pd" else torch.zeros(
-            self.num_envs, self.model.nu, dtype=torch.float64)
-        self._default_ctrl = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
-        self.actions = torch.zeros(self.num_envs, self.num_actions)
+        self._actuator_ids = torch.as_tensor(self.layout.actuator_ids, device=device)
+        f64 = {"dtype": torch.float64, "device": device}
+        self._ctrl = torch.tensor(self.layout.default_ctrl, **f64).repeat(self.num_envs, 1) \
+            if self.spec.actuation == "pd" else torch.zeros(self.num_envs, self.model.nu, **f64)
+        self._default_ctrl = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32,
+                                             device=device)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=device)
+        self.actions = torch.zeros(self.num_envs, self.num_actions, device=device)
         # Buffers live as long as the env and are updated in place, so stepping under
         # torch.inference_mode and resetting outside it both work.
-        self._episode_sums = {k: torch.zeros(self.num_envs) for k in (
+        self._episode_sums = {k: torch.zeros(self.num_envs, device=device) for k in (
             "return", "lin_vel_error", "yaw_error", *self.task.reward_weights)}
         self.diverged_count = 0
-        self._start_xy = torch.zeros(self.num_envs, 2)
+        self._start_xy = torch.zeros(self.num_envs, 2, device=device)
         self.obs: Obs = {}
-        self._reset_envs(torch.arange(self.num_envs))  # observations exist from the start
+        self._reset_envs(torch.arange(self.num_envs, device=device))  # obs exist from the start
 
     # ------------------------------------------------------------------ api
     @property
@@ -93,7 +111,7 @@ class LocomotionEnv:
         training ``offset`` steps into an episode; ``warmup_policy`` is used when the
         schedule's warm-up is ``policy``.
         """
-        all_ids = torch.arange(self.num_envs)
+        all_ids = torch.arange(self.num_envs, device=self.device)
         self._reset_envs(all_ids)
         if self.schedule.prewarm:
             self._prewarm(warmup_policy)  # counters advance with the states (and restart on falls)
@@ -113,7 +131,7 @@ class LocomotionEnv:
         actions = self._check_actions(actions)
         self._ctrl[:, self._actuator_ids] = (
             self._default_ctrl + self.spec.action_scale * actions).double()
-        self.sim.step(self._ctrl.numpy(), self.decimation)
+        self.sim.step(self._ctrl, self.decimation)
         self.episode_length += 1
         self.phase.record(self.episode_length - 1, self.max_episode_length)
         self.task.advance_commands()
@@ -186,7 +204,7 @@ class LocomotionEnv:
 
     # ------------------------------------------------------------------ internals
     def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        actions = torch.as_tensor(actions, dtype=torch.float32)
+        actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
         if actions.shape != (self.num_envs, self.num_actions):
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.num_actions}) "
                              f"(num_envs, num_actions), got {tuple(actions.shape)}")
@@ -206,14 +224,15 @@ class LocomotionEnv:
         fresh = self.task.observations(self.task.world(self.sim, env_ids), self.actions, env_ids)
         if obs is None:
             if not self.obs:
-                self.obs = {k: torch.zeros(self.num_envs, v.shape[1]) for k, v in fresh.items()}
+                self.obs = {k: torch.zeros(self.num_envs, v.shape[1], device=self.device)
+                            for k, v in fresh.items()}
             obs = self.obs
         for k, v in fresh.items():
             obs[k][env_ids] = v
 
     def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
         """Step the batch so that group g has lived offset_g steps when training starts."""
-        offsets = self.schedule.offsets()
+        offsets = self.schedule.offsets().to(self.device)
         total = int(offsets.max())
         mode = self.schedule.warmup
         if mode == "policy" and warmup_policy is None:

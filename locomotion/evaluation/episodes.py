@@ -26,7 +26,7 @@ def evaluate_episodes(env: LocomotionEnv, act: Callable[[torch.Tensor], torch.Te
     """
     obs = env.reset()
     n = env.num_envs
-    recorded = torch.zeros(n, dtype=torch.bool)
+    recorded = torch.zeros(n, dtype=torch.bool, device=env.device)
     sums: dict[str, torch.Tensor] = {}
     for _ in range(env.max_episode_length):
         obs, _, terminated, truncated, info = env.step(act(obs["policy"]))
@@ -37,7 +37,7 @@ def evaluate_episodes(env: LocomotionEnv, act: Callable[[torch.Tensor], torch.Te
         done_ids = (terminated | truncated).nonzero().squeeze(1)
         first = ~recorded[done_ids]
         for k, v in info["episode"].items():
-            sums.setdefault(k, torch.zeros(n))[done_ids[first]] = v[first]
+            sums.setdefault(k, torch.zeros(n, device=env.device))[done_ids[first]] = v[first]
         recorded[done_ids] = True
         if recorded.all():
             break

@@ -57,12 +57,12 @@ class Runner:
         algo = cfg.algo
         torch.manual_seed(int(cfg.seed))
         sizes = env.observation_sizes
-        self.policy = build_policy(algo.policy, sizes, env.num_actions)
+        self.policy = build_policy(algo.policy, sizes, env.num_actions).to(env.device)
         self.ppo = PPO(self.policy, PPOConfig(**algo.ppo),
                        generator=torch.Generator().manual_seed(int(cfg.seed)))
         self.num_steps = int(algo.num_steps)
         self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
-                                      sizes["critic"], env.num_actions)
+                                      sizes["critic"], env.num_actions, device=env.device)
         self.iteration = 0
         self.env_steps = 0
         self.train_wall_s = 0.0

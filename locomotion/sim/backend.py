@@ -14,7 +14,9 @@ class SimBackend(Protocol):
     ``substep_sensordata`` holds the sensors after every physics substep of the last
     step ([N, substeps, nsensordata]) so contact events shorter than a control step count.
     ``diverged`` flags worlds whose physics went non-finite or were reset by MuJoCo's own
-    instability guard during the last step.
+    instability guard during the last step. ``device`` is where these tensors live and where
+    ``step`` wants its controls. ``apply_force`` holds a world-frame wrench on a body (at its
+    center of mass) until it is changed or the world is reset.
     """
 
     num_envs: int
@@ -41,5 +43,8 @@ class SimBackend(Protocol):
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None: ...
 
     def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None: ...
+
+    def apply_force(self, env_ids: torch.Tensor, body: int | str,
+                    wrench: torch.Tensor) -> None: ...
 
     def close(self) -> None: ...

@@ -4,6 +4,8 @@ The full physics state of every world lives in one float64 array [N, nstate]; to
 tensors are zero-copy views of it. A step is one ``rollout`` call of ``nsubsteps`` physics
 steps for all worlds, spread over the pool's threads (one ``MjData`` per thread). Worlds
 share one ``MjModel`` until a parameter of theirs is randomized, then get their own copy.
+Wrenches held on bodies (``apply_force``) ride along as controls: once the first is applied,
+every rollout also takes each world's ``xfrc_applied``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import torch
 from mujoco import rollout
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+_CTRL = mujoco.mjtState.mjSTATE_CTRL.value
+_CTRL_XFRC = _CTRL | mujoco.mjtState.mjSTATE_XFRC_APPLIED.value
 
 
 def state_offsets(model: mujoco.MjModel) -> dict[str, int]:
@@ -54,7 +58,9 @@ class NativeBackend:
         self._qvel = self._state[:, off["qvel"]:off["qvel"] + model.nv]
         self._sensor = np.tile(data.sensordata, (num_envs, 1, 1))
         self._out = np.empty((num_envs, 1, nstate))
+        self._control_spec = _CTRL
         self._ctrl = np.empty((num_envs, 1, model.nu))
+        self._xfrc = np.zeros((num_envs, model.nbody, 6))
         self._diverged = np.zeros(num_envs, dtype=bool)
         self._views = {
             name: torch.from_numpy(arr)
@@ -92,18 +98,22 @@ class NativeBackend:
         if self._out.shape[1] != nsubsteps:
             n, nstate = self._state.shape
             self._out = np.empty((n, nsubsteps, nstate))
-            self._ctrl = np.empty((n, nsubsteps, self.model.nu))
+            self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model,
+                                                                     self._control_spec)))
             self._sensor = np.empty((n, nsubsteps, self.model.nsensordata))
             self._sens_t = torch.from_numpy(self._sensor)
 
     def step(self, ctrl: torch.Tensor | np.ndarray, nsubsteps: int) -> None:
         """Advance every world by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu]."""
         self._ensure_buffers(nsubsteps)
-        self._ctrl[:] = np.asarray(ctrl)[:, None, :]
+        nu = self.model.nu
+        self._ctrl[:, :, :nu] = np.asarray(ctrl)[:, None, :]
+        if self._control_spec == _CTRL_XFRC:
+            self._ctrl[:, :, nu:] = self._xfrc.reshape(self.num_envs, 1, -1)
         expected = self._time + nsubsteps * self.timestep
         self._pool.rollout(self.models, self._datas, self._state, self._ctrl,
-                           skip_checks=True, nstep=nsubsteps, state=self._out,
-                           sensordata=self._sensor)
+                           control_spec=self._control_spec, skip_checks=True, nstep=nsubsteps,
+                           state=self._out, sensordata=self._sensor)
         self._state[:] = self._out[:, -1]
         # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
         # any non-finite value the guard let through.
@@ -116,7 +126,25 @@ class NativeBackend:
         self._state[ids] = 0.0
         self._qpos[ids] = np.asarray(qpos, dtype=np.float64)
         self._qvel[ids] = np.asarray(qvel, dtype=np.float64)
+        self._xfrc[ids] = 0.0
         self._diverged[ids] = False
+
+    def apply_force(self, env_ids: torch.Tensor, body: int | str, wrench: torch.Tensor) -> None:
+        """Hold ``wrench`` [len(ids), 6] (world-frame force, torque at the body's COM) on
+        ``body`` (id or name) of worlds ``env_ids`` until changed or the world is reset.
+
+        A push is a wrench for some steps, then zeros.
+        """
+        self._xfrc[np.asarray(env_ids), self.model.body(body).id] = np.asarray(
+            wrench, dtype=np.float64)
+        self._take_wrenches()
+
+    def _take_wrenches(self) -> None:
+        """From now on pass every world's held wrenches to the rollouts as controls."""
+        if self._control_spec != _CTRL_XFRC:
+            self._control_spec = _CTRL_XFRC
+            n, nsubsteps = self._out.shape[:2]
+            self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model, _CTRL_XFRC)))
 
     def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None:
         """Set model field ``field`` of worlds ``env_ids`` (values [len(ids), *field shape])."""
@@ -132,6 +160,7 @@ class NativeBackend:
     def state_dict(self) -> dict:
         """Physics state of every world and the model fields that differ per world."""
         return {"state": self._state.copy(), "sensordata": self._sensor.copy(),
+                "xfrc": self._xfrc.copy(),
                 "own_model": self._own_model.copy(),
                 "models": {int(i): self.models[i] for i in np.flatnonzero(self._own_model)}}
 
@@ -142,6 +171,9 @@ class NativeBackend:
         self._state[:] = state["state"]
         self._ensure_buffers(state["sensordata"].shape[1])
         self._sensor[:] = state["sensordata"]
+        self._xfrc[:] = state["xfrc"]
+        if self._xfrc.any():
+            self._take_wrenches()
         self._own_model[:] = state["own_model"]
         self.models = [self.model] * self.num_envs
         for i, m in state["models"].items():

@@ -1,0 +1,124 @@
+"""The horizon toy: phase dependence, reset schedules on it, Runner on it, the study driver."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from locomotion.config import load_config
+from locomotion.envs.toy_horizon import PhaseTrackingEnv
+from locomotion.rl.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["task=toy", "num_envs=32", "algo.num_steps=8", "logging.tensorboard=false",
+         "algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]"]
+
+
+def make_env(*overrides: str) -> PhaseTrackingEnv:
+    return PhaseTrackingEnv(load_config("train", [*SMALL, *overrides]))
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("stagger_study",
+                                                  ROOT / "scripts" / "stagger_study.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_episode(env: PhaseTrackingEnv, act) -> torch.Tensor:
+    """Returns of the first episode of every env (synchronized start)."""
+    env.reset()
+    for _ in range(env.max_episode_length):
+        _, _, _, truncated, info = env.step(act(env))
+    assert truncated.all()
+    return info["episode"]["return"]
+
+
+def test_right_action_and_reward_weight_depend_on_phase():
+    env = make_env("reset=sync")
+    optimal = run_episode(env, PhaseTrackingEnv.optimal_actions)
+    assert optimal.min() > 0.9  # the return reads as a share of perfect tracking
+    # The action that is right at the start of the episode, held for the whole episode.
+    env.reset()
+    start_action = env.optimal_actions().clone()
+    assert run_episode(env, lambda e: start_action).max() < 0.3
+    # Same position, different phase: a different right action and a different observation.
+    env.reset()
+    env.x[:] = 0.0
+    env.episode_length[:] = torch.arange(env.num_envs) * env.max_episode_length // env.num_envs
+    actions = env.optimal_actions()
+    assert (actions - actions[0]).norm(dim=1)[1:].min() > 0.05
+    phases = torch.tensor([0.25, 0.75])
+    assert env.reward_weight(phases)[0] > 1.5 * env.reward_weight(phases)[1]
+
+
+def test_staggered_offsets_are_pre_advanced_and_batches_cover_the_horizon():
+    uniformity = {}
+    for schedule in ("sync", "random_counter", "staggered"):
+        env = make_env(f"reset={schedule}", "reset.warmup=random")
+        env.reset()
+        if schedule == "staggered":
+            assert env.schedule.num_groups == env.max_episode_length // 8
+            assert torch.equal(env.episode_length, env.schedule.offsets())
+            # The points were stepped to their offsets, not just given a counter.
+            late = env.schedule.offsets() > 0
+            start = env.path(torch.zeros(1))
+            assert (env.x[late] - start).norm(dim=1).mean() > 3 * env.init_noise
+        for _ in range(8):
+            env.step(torch.zeros(env.num_envs, env.num_actions))
+        uniformity[schedule] = env.phase.pop()[1]
+    assert uniformity["sync"] == 0.0
+    assert uniformity["staggered"] == pytest.approx(1.0)
+    assert uniformity["random_counter"] > 0.8
+
+
+def test_runner_trains_and_resumes_on_the_toy(tmp_path):
+    cfg = load_config("train", [*SMALL, "reset=staggered", "logging.save_interval=2"])
+    straight = Runner(PhaseTrackingEnv(cfg), cfg, log_dir=tmp_path / "a")
+    straight.learn(4)
+    first = Runner(PhaseTrackingEnv(cfg), cfg, log_dir=tmp_path / "b")
+    first.learn(2)
+    resumed = Runner(PhaseTrackingEnv(cfg), cfg, log_dir=tmp_path / "c")
+    resumed.load(first.checkpoint_path)
+    resumed.learn(2)
+    for a, b in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(straight.env.x, resumed.env.x)
+
+
+def test_study_cell_runs_resumes_and_reports(tmp_path):
+    study = load_study()
+    cfg = load_config("stagger_study", [
+        f"out_dir={tmp_path}", "grid.schedules=[sync,staggered]", "grid.rollout_lengths=[8]",
+        "grid.seeds=[0]", "study.toy.num_envs=[16]", "study.toy.env_steps=2560",
+        "study.toy.config.algo.policy.actor_hidden_dims=[16]",
+        "study.toy.config.algo.policy.critic_hidden_dims=[16]"])
+    ran = study.run_grid(cfg, tmp_path)
+    assert [c.name for c in ran] == ["sync_K8_N16_s0", "staggered_K8_N16_s0"]
+    curve = study.read_csv(tmp_path / "curves" / "staggered_K8_N16_s0.csv")
+    assert curve["env_steps"][-1] == 2560 and len(curve["iteration"]) == 20
+    assert curve["phase_uniformity"].min() == pytest.approx(1.0)
+    assert (curve["explained_variance"] <= 1.0).all()
+    sync = study.read_csv(tmp_path / "curves" / "sync_K8_N16_s0.csv")
+    assert sync["phase_uniformity"].max() == 0.0
+
+    finished = tmp_path / "curves" / "sync_K8_N16_s0.csv"
+    stamp = finished.stat().st_mtime_ns
+    assert study.run_grid(cfg, tmp_path) == []  # finished cells are skipped
+    assert finished.stat().st_mtime_ns == stamp
+
+    study.report(cfg, tmp_path)
+    for name in ("return_vs_env_steps", "return_vs_wall_clock", "phase_histogram", "critic",
+                 "scaling_with_n"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    assert "| 8 | 16 | staggered |" in (tmp_path / "summary.md").read_text()
+
+    cfg.study.toy.env_steps = 5120
+    with pytest.raises(ValueError, match="ran 2560 env steps"):
+        study.run_grid(cfg, tmp_path)
