@@ -34,7 +34,9 @@ class ResetSchedule:
         self.warmup = warmup
         groups = num_groups or math.ceil(horizon / rollout_length)
         self.num_groups = max(1, min(groups, num_envs, horizon))
-        self.group = torch.arange(num_envs) % self.num_groups
+        # Contiguous groups, largest offset first: while warming up, the envs that have
+        # started always form a prefix of the batch, so only that prefix is simulated.
+        self.group = (self.num_groups - 1) - torch.arange(num_envs) * self.num_groups // num_envs
         self.group_offsets = (torch.arange(self.num_groups) * horizon) // self.num_groups
 
     @property

@@ -90,6 +90,7 @@ class LocomotionEnv:
         self._episode_sums = {k: torch.zeros(self.num_envs, device=device) for k in (
             "return", "lin_vel_error", "yaw_error", *self.task.reward_weights)}
         self.diverged_count = 0
+        self._sim_count: int | None = None  # physics steps only this prefix (warm-up)
         self._start_xy = torch.zeros(self.num_envs, 2, device=device)
         self.obs: Obs = {}
         self._reset_envs(torch.arange(self.num_envs, device=device))  # obs exist from the start
@@ -131,7 +132,7 @@ class LocomotionEnv:
         actions = self._check_actions(actions)
         self._ctrl[:, self._actuator_ids] = (
             self._default_ctrl + self.spec.action_scale * actions).double()
-        self.sim.step(self._ctrl, self.decimation)
+        self.sim.step(self._ctrl, self.decimation, self._sim_count)
         self.episode_length += 1
         self.phase.record(self.episode_length - 1, self.max_episode_length)
         self.task.advance_commands()
@@ -248,7 +249,12 @@ class LocomotionEnv:
                 act = torch.randn(self.num_envs, self.num_actions, generator=self.gen)
             else:
                 act = warmup_policy(self.obs)
-            self.step(act)
+            # Groups are laid out largest offset first, so the started envs are a prefix.
+            self._sim_count = int((offsets >= total - s).sum())
+            try:
+                self.step(act)
+            finally:
+                self._sim_count = None
         self._reset_envs((offsets == 0).nonzero().squeeze(1))
 
     def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:

@@ -38,7 +38,8 @@ class SimBackend(Protocol):
     @property
     def diverged(self) -> torch.Tensor: ...
 
-    def step(self, ctrl: torch.Tensor, nsubsteps: int) -> None: ...
+    def step(self, ctrl: torch.Tensor, nsubsteps: int, count: int | None = None) -> None:
+        """Advance the worlds; with ``count``, only the first ``count`` need to be stepped."""
 
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None: ...
 

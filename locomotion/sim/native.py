@@ -103,22 +103,29 @@ class NativeBackend:
             self._sensor = np.empty((n, nsubsteps, self.model.nsensordata))
             self._sens_t = torch.from_numpy(self._sensor)
 
-    def step(self, ctrl: torch.Tensor | np.ndarray, nsubsteps: int) -> None:
-        """Advance every world by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu]."""
+    def step(self, ctrl: torch.Tensor | np.ndarray, nsubsteps: int, count: int | None = None,
+             ) -> None:
+        """Advance worlds by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu].
+
+        ``count`` steps only the first ``count`` worlds (the rest keep their state), which
+        the staggered warm-up uses to skip groups that have not started yet.
+        """
         self._ensure_buffers(nsubsteps)
+        n = self.num_envs if count is None else count
         nu = self.model.nu
-        self._ctrl[:, :, :nu] = np.asarray(ctrl)[:, None, :]
+        self._ctrl[:n, :, :nu] = np.asarray(ctrl)[:n, None, :]
         if self._control_spec == _CTRL_XFRC:
-            self._ctrl[:, :, nu:] = self._xfrc.reshape(self.num_envs, 1, -1)
-        expected = self._time + nsubsteps * self.timestep
-        self._pool.rollout(self.models, self._datas, self._state, self._ctrl,
+            self._ctrl[:n, :, nu:] = self._xfrc[:n].reshape(n, 1, -1)
+        state = self._state[:n]
+        expected = state[:, 0] + nsubsteps * self.timestep
+        self._pool.rollout(self.models[:n], self._datas, state, self._ctrl[:n],
                            control_spec=self._control_spec, skip_checks=True, nstep=nsubsteps,
-                           state=self._out, sensordata=self._sensor)
-        self._state[:] = self._out[:, -1]
+                           state=self._out[:n], sensordata=self._sensor[:n])
+        state[:] = self._out[:n, -1]
         # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
         # any non-finite value the guard let through.
-        self._diverged[:] = (self._time < expected - 0.5 * self.timestep) | ~np.isfinite(
-            self._state).all(axis=1)
+        self._diverged[:n] = (state[:, 0] < expected - 0.5 * self.timestep) | ~np.isfinite(
+            state).all(axis=1)
 
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Put worlds ``env_ids`` in the given state at time 0."""

@@ -157,8 +157,11 @@ class WarpBackend:
             mjw.step(self._m, self._d)
             wp.copy(self._sub[k], self._d.sensordata)
 
-    def step(self, ctrl: torch.Tensor, nsubsteps: int) -> None:
-        """Advance every world by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu]."""
+    def step(self, ctrl: torch.Tensor, nsubsteps: int, count: int | None = None) -> None:
+        """Advance every world by ``nsubsteps`` physics steps holding ``ctrl`` [N, nu].
+
+        ``count`` is accepted for the interface; one graph steps all worlds regardless.
+        """
         if self._sub.shape[0] != nsubsteps:
             self._set_substeps(nsubsteps)
         self._t["ctrl"].copy_(torch.as_tensor(ctrl))
