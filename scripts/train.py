@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
@@ -23,8 +22,6 @@ from locomotion.rl.runner import Runner
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(int(cfg.torch_threads))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     env = LocomotionEnv(cfg)
     runner = Runner(env, cfg, log_dir=run_dir)

@@ -55,6 +55,9 @@ class Runner:
         self.env = env
         self.cfg = cfg
         algo = cfg.algo
+        if cfg.get("torch_threads"):
+            # e.g. 1 when other jobs share the cores: oversubscribed OpenMP threads crawl.
+            torch.set_num_threads(int(cfg.torch_threads))
         torch.manual_seed(int(cfg.seed))
         sizes = env.observation_sizes
         self.policy = build_policy(algo.policy, sizes, env.num_actions).to(env.device)
