@@ -388,8 +388,11 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
                              [r["steps_to_threshold_std"] for r in sel], **style)
     axes[0].set_ylabel("final return")
     axes[1].set_ylabel("env steps to threshold (seeds that reached it)")
+    all_ns = sorted({r["N"] for r in rows})
     for ax in axes:
         ax.set_xscale("log", base=2)
+        ax.set_xticks(all_ns, [str(n) for n in all_ns])
+        ax.set_xlim(all_ns[0] / 1.3, all_ns[-1] * 1.3)
         ax.set_xlabel("N (parallel envs)")
     if any(r["reached"] for r in rows):  # log scale needs at least one finite value
         axes[1].set_yscale("log")
@@ -418,8 +421,6 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
 
 @hydra.main(config_path="../configs", config_name="stagger_study", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(int(cfg.torch_threads))
     out_dir = Path(to_absolute_path(cfg.out_dir))
     start = time.perf_counter()
     ran = run_grid(cfg, out_dir)

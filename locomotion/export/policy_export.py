@@ -29,7 +29,7 @@ from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.export import sidecar as sc
 from locomotion.export.verification import max_abs_errors, record_observations
 from locomotion.rl.actor_critic import PolicyModule
-from locomotion.rl.checkpoint import load_checkpoint
+from locomotion.rl.checkpoint import inference_payload, load_checkpoint, save_checkpoint
 from locomotion.rl.runner import policy_from_checkpoint
 from locomotion.sim.model_builder import build_spec
 
@@ -75,7 +75,7 @@ def load_check_settings() -> DictConfig:
 
 def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike | None = None,
                       check: DictConfig | None = None) -> ExportResult:
-    """Write policy.onnx, policy.pt, policy.json and robot.xml for ``checkpoint``.
+    """Write policy.onnx, policy.pt, policy.json, robot.xml and a policy-only checkpoint.pt.
 
     ``check`` (``configs/export.yaml``'s ``check`` by default) sizes the recorded batch and
     the tolerance; exceeding it raises ``ExportError`` with the measured errors.
@@ -103,8 +103,10 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike 
             (tmp / sc.MODEL_FILE).write_text(_model_xml(env))
             errors = _verify(ort, policy, observations, tmp, float(check.tolerance))
             (tmp / sc.SIDECAR_FILE).write_text(text)
+            save_checkpoint(tmp / sc.CHECKPOINT_FILE, inference_payload(data))
             files = tuple(out / name for name in (sc.ONNX_FILE, sc.TORCHSCRIPT_FILE,
-                                                  sc.SIDECAR_FILE, sc.MODEL_FILE))
+                                                  sc.SIDECAR_FILE, sc.MODEL_FILE,
+                                                  sc.CHECKPOINT_FILE))
             for dest in files:
                 os.replace(tmp / dest.name, dest)
     finally:

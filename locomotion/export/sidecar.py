@@ -21,6 +21,7 @@ from locomotion.sim.robot_spec import RobotSpec
 FORMAT = "locomotion-policy"
 VERSION = 1
 MODEL_FILE = "robot.xml"
+CHECKPOINT_FILE = "checkpoint.pt"  # policy-only checkpoint, for play and evaluation
 ONNX_FILE = "policy.onnx"
 TORCHSCRIPT_FILE = "policy.pt"
 SIDECAR_FILE = "policy.json"

@@ -55,3 +55,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path} has checkpoint version {data.get('version')}; "
                               f"this release reads version {VERSION}")
     return data
+
+
+def inference_payload(data: dict[str, Any]) -> dict[str, Any]:
+    """The part of a loaded checkpoint that running its policy needs: small enough to ship.
+
+    Enough for ``play``, ``evaluate`` and ``export``; not for resuming training.
+    """
+    keys = ("config", "robot", "observation_sizes", "num_actions", "iteration", "env_steps")
+    return {"inference_only": True, **{k: data[k] for k in keys},
+            "ppo": {"policy": data["ppo"]["policy"]}}

@@ -101,6 +101,9 @@ class Runner:
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint of a run with the same robot, task and batch size."""
         data = load_checkpoint(path)
+        if data.get("inference_only"):
+            raise CheckpointError(f"{path} holds only a policy (an export); training cannot "
+                                  "resume from it: use the run's checkpoints/latest.pt")
         mine = (self.env.spec.name, self.env.observation_sizes, self.env.num_actions)
         theirs = (data["robot"], data["observation_sizes"], data["num_actions"])
         if mine != theirs:
