@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -14,3 +15,23 @@ def load_config(name: str = "env", overrides: list[str] | None = None) -> DictCo
     """The config ``configs/<name>.yaml`` with Hydra command-line style ``overrides``."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name=name, overrides=overrides or [])
+
+
+def replay_config(trained: dict[str, Any], num_envs: int, seed: int,
+                  solver: str | None = None) -> DictConfig:
+    """A trained run's env config for running its policy: native MuJoCo on the CPU, every
+    episode started together, this batch size and seed, optionally another solver profile.
+    """
+    cfg = OmegaConf.create(trained)
+    cfg.num_envs = num_envs
+    cfg.seed = seed
+    cfg.device = "cpu"
+    cfg.sim = OmegaConf.load(CONFIG_DIR / "sim" / "native.yaml")
+    cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
+    if solver:
+        path = CONFIG_DIR / "solver" / f"{solver}.yaml"
+        if not path.is_file():
+            valid = sorted(p.stem for p in (CONFIG_DIR / "solver").glob("*.yaml"))
+            raise ValueError(f"unknown solver profile {solver!r}; valid: {valid}")
+        cfg.solver = OmegaConf.load(path)
+    return cfg

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from locomotion.config import CONFIG_DIR
+from locomotion.config import CONFIG_DIR, replay_config
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.export import sidecar as sc
 from locomotion.export.verification import max_abs_errors, record_observations
@@ -86,7 +86,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike 
     path = Path(checkpoint)
     data = load_checkpoint(path)
     out = Path(out_dir) if out_dir is not None else default_export_dir(path)
-    cfg = _check_env_config(data["config"], check)
+    cfg = replay_config(data["config"], int(check.num_envs), int(check.seed))
     env = LocomotionEnv(cfg)
     try:
         _check_matches(data, env, path)
@@ -122,15 +122,6 @@ def _export_packages():
         raise ExportError(f"export needs onnx, onnxscript and onnxruntime ({e}); "
                           "pip install 'locomotion[export]'") from e
     return onnx, onnxruntime
-
-
-def _check_env_config(trained: dict[str, Any], check: DictConfig) -> DictConfig:
-    """The training env config with the check's batch size and seed, all episodes in sync."""
-    cfg = OmegaConf.create(trained)
-    cfg.num_envs = int(check.num_envs)
-    cfg.seed = int(check.seed)
-    cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
-    return cfg
 
 
 def _check_matches(data: dict[str, Any], env: LocomotionEnv, path: Path) -> None:
