@@ -62,6 +62,7 @@ class NativeBackend:
         self._ctrl = np.empty((num_envs, 1, model.nu))
         self._xfrc = np.zeros((num_envs, model.nbody, 6))
         self._diverged = np.zeros(num_envs, dtype=bool)
+        self._warmstart = np.zeros((num_envs, model.nv))
         self._views = {
             name: torch.from_numpy(arr)
             for name, arr in (("qpos", self._qpos), ("qvel", self._qvel),
@@ -100,7 +101,8 @@ class NativeBackend:
             self._out = np.empty((n, nsubsteps, nstate))
             self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model,
                                                                      self._control_spec)))
-            self._sensor = np.empty((n, nsubsteps, self.model.nsensordata))
+            # Worlds a partial step skips must keep valid sensors, never uninitialized memory.
+            self._sensor = np.repeat(self._sensor[:, -1:], nsubsteps, axis=1)
             self._sens_t = torch.from_numpy(self._sensor)
 
     def step(self, ctrl: torch.Tensor | np.ndarray, nsubsteps: int, count: int | None = None,
@@ -118,9 +120,12 @@ class NativeBackend:
             self._ctrl[:n, :, nu:] = self._xfrc[:n].reshape(n, 1, -1)
         state = self._state[:n]
         expected = state[:, 0] + nsubsteps * self.timestep
+        # An explicit (zero) warm start: otherwise each thread's MjData carries the solver
+        # warm start of whichever world it stepped last, and results depend on scheduling.
         self._pool.rollout(self.models[:n], self._datas, state, self._ctrl[:n],
                            control_spec=self._control_spec, skip_checks=True, nstep=nsubsteps,
-                           state=self._out[:n], sensordata=self._sensor[:n])
+                           initial_warmstart=self._warmstart[:n], state=self._out[:n],
+                           sensordata=self._sensor[:n])
         state[:] = self._out[:n, -1]
         # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
         # any non-finite value the guard let through.
