@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,9 @@ def _tag_onnx(onnx, path: Path, sidecar: dict[str, Any]) -> None:
         "observation_size": str(sidecar["policy"]["observation_size"]),
         "num_actions": str(sidecar["policy"]["num_actions"]),
     })
+    for node in model.graph.node:  # exporter stack traces name this machine's source paths
+        del node.metadata_props[:]
+        node.doc_string = ""
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
 
@@ -182,6 +186,17 @@ def _write_torchscript(policy: PolicyModule, path: Path, sidecar_text: str) -> N
     with _quiet_torch_exporters():
         torch.jit.save(torch.jit.script(policy), str(path),
                        _extra_files={sc.SIDECAR_FILE: sidecar_text})
+    _drop_debug_info(path)
+
+
+def _drop_debug_info(path: Path) -> None:
+    """Remove TorchScript's optional debug tables: they hold this machine's source paths."""
+    with zipfile.ZipFile(path) as src:
+        entries = [(info, src.read(info)) for info in src.infolist()
+                   if not info.filename.endswith(".debug_pkl")]
+    with zipfile.ZipFile(path, "w") as dst:
+        for info, data in entries:
+            dst.writestr(info, data)
 
 
 def _model_xml(env: LocomotionEnv) -> str:
