@@ -10,6 +10,7 @@ batch holds states from the whole horizon from the first iteration on.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -55,6 +56,37 @@ class ResetSchedule:
         if self.schedule == "random_counter":
             return torch.randint(0, self.horizon, (self.num_envs,), generator=generator)
         return self.offsets()
+
+    def warm_up(self, reset: Callable[[torch.Tensor], None], step: Callable[[int], None],
+                device: torch.device | str = "cpu") -> None:
+        """Advance a batch so that group g has lived offset_g steps when training starts.
+
+        ``reset(ids)`` restarts envs; ``step(started)`` takes one control step in which only
+        the first ``started`` envs have begun (groups are laid out largest offset first, so
+        the envs that have started always form a prefix a backend may step alone).
+        """
+        offsets = self.offsets().to(device)
+        total = int(offsets.max())
+        for s in range(total):
+            if s > 0:
+                starting = (offsets == total - s).nonzero().squeeze(1)
+                if len(starting):
+                    reset(starting)
+            step(int((offsets >= total - s).sum()))
+        reset((offsets == 0).nonzero().squeeze(1))
+
+    def warmup_actions(self, obs: dict[str, torch.Tensor], shape: tuple[int, int],
+                       generator: torch.Generator,
+                       policy: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None,
+                       ) -> torch.Tensor:
+        """Actions of the configured warm-up policy: zeros (default pose), noise, or ``policy``."""
+        if self.warmup == "zero":
+            return torch.zeros(shape)
+        if self.warmup == "random":
+            return torch.randn(shape, generator=generator)
+        if policy is None:
+            raise ValueError("reset.warmup=policy needs a warm-up policy passed to reset()")
+        return policy(obs)
 
     def state_dict(self) -> dict:
         return {"schedule": self.schedule, "num_groups": self.num_groups,

@@ -213,25 +213,10 @@ class PhaseTrackingEnv:
         self._observe(self.obs if obs is None else obs, env_ids)
 
     def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
-        """Step the batch so that group g has lived offset_g steps when training starts."""
-        offsets = self.schedule.offsets()
-        total = int(offsets.max())
-        mode = self.schedule.warmup
-        if mode == "policy" and warmup_policy is None:
-            raise ValueError("reset.warmup=policy needs a warm-up policy passed to reset()")
-        for s in range(total):
-            if s > 0:
-                starting = (offsets == total - s).nonzero().squeeze(1)
-                if len(starting):
-                    self._reset_envs(starting)
-            if mode == "zero":
-                act = torch.zeros(self.num_envs, self.num_actions)
-            elif mode == "random":
-                act = torch.randn(self.num_envs, self.num_actions, generator=self.gen)
-            else:
-                act = warmup_policy(self.obs)
-            self.step(act)
-        self._reset_envs((offsets == 0).nonzero().squeeze(1))
+        """Run the reset schedule's warm-up (every env is stepped; steps cost microseconds)."""
+        shape = (self.num_envs, self.num_actions)
+        self.schedule.warm_up(self._reset_envs, lambda started: self.step(
+            self.schedule.warmup_actions(self.obs, shape, self.gen, warmup_policy)))
 
     def _finish_episodes(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""

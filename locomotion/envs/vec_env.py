@@ -232,30 +232,18 @@ class LocomotionEnv:
             obs[k][env_ids] = v
 
     def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
-        """Step the batch so that group g has lived offset_g steps when training starts."""
-        offsets = self.schedule.offsets().to(self.device)
-        total = int(offsets.max())
-        mode = self.schedule.warmup
-        if mode == "policy" and warmup_policy is None:
-            raise ValueError("reset.warmup=policy needs a warm-up policy passed to reset()")
-        for s in range(total):
-            if s > 0:
-                starting = (offsets == total - s).nonzero().squeeze(1)
-                if len(starting):
-                    self._reset_envs(starting)
-            if mode == "zero":
-                act = torch.zeros(self.num_envs, self.num_actions)
-            elif mode == "random":
-                act = torch.randn(self.num_envs, self.num_actions, generator=self.gen)
-            else:
-                act = warmup_policy(self.obs)
-            # Groups are laid out largest offset first, so the started envs are a prefix.
-            self._sim_count = int((offsets >= total - s).sum())
+        """Run the reset schedule's warm-up, simulating only the groups that have started."""
+        shape = (self.num_envs, self.num_actions)
+
+        def step(started: int) -> None:
+            actions = self.schedule.warmup_actions(self.obs, shape, self.gen, warmup_policy)
+            self._sim_count = started
             try:
-                self.step(act)
+                self.step(actions)
             finally:
                 self._sim_count = None
-        self._reset_envs((offsets == 0).nonzero().squeeze(1))
+
+        self.schedule.warm_up(self._reset_envs, step, self.device)
 
     def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:
         sums = self._episode_sums
