@@ -3,11 +3,11 @@
 Every run (a cell of the grid) trains with ``Runner`` for the same number of env steps and
 writes its curve to ``<out_dir>/curves/<cell>.csv``; cells whose CSV exists are skipped, so
 an interrupted grid resumes where it stopped. Then the figures and the summary tables are
-(re)drawn from all curves in ``out_dir``.
+(re)drawn from the curves of every cell of the grid.
 
     python scripts/stagger_study.py                       # the toy grid (task=toy)
     python scripts/stagger_study.py task=flat_velocity    # the quadruped grid (hours)
-    python scripts/stagger_study.py grid.seeds=[0,1,2,3,4]
+    python scripts/stagger_study.py grid.rollout_lengths=[8] grid.seeds=[0,1,2]
 
 The return of a point is the mean over the episodes that ended in the last ceil(H / K)
 iterations: under sync every episode ends in the same iteration, and this window gives each
