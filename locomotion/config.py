@@ -18,9 +18,10 @@ def load_config(name: str = "env", overrides: list[str] | None = None) -> DictCo
 
 
 def replay_config(trained: dict[str, Any], num_envs: int, seed: int,
-                  solver: str | None = None) -> DictConfig:
+                  solver: str | None = None, randomization: str = "none") -> DictConfig:
     """A trained run's env config for running its policy: native MuJoCo on the CPU, every
-    episode started together, this batch size and seed, optionally another solver profile.
+    episode started together, this batch size and seed, optionally another solver profile,
+    and the randomization preset ``randomization`` (nominal by default).
     """
     cfg = OmegaConf.create(trained)
     cfg.num_envs = num_envs
@@ -29,9 +30,15 @@ def replay_config(trained: dict[str, Any], num_envs: int, seed: int,
     cfg.sim = OmegaConf.load(CONFIG_DIR / "sim" / "native.yaml")
     cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
     if solver:
-        path = CONFIG_DIR / "solver" / f"{solver}.yaml"
-        if not path.is_file():
-            valid = sorted(p.stem for p in (CONFIG_DIR / "solver").glob("*.yaml"))
-            raise ValueError(f"unknown solver profile {solver!r}; valid: {valid}")
-        cfg.solver = OmegaConf.load(path)
+        cfg.solver = config_group("solver", solver)
+    cfg.randomization = config_group("randomization", randomization)
     return cfg
+
+
+def config_group(group: str, name: str) -> DictConfig:
+    """Option ``name`` of config group ``group`` (e.g. solver/fast); errors list the valid."""
+    path = CONFIG_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        valid = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        raise ValueError(f"unknown {group} option {name!r}; valid: {valid}")
+    return OmegaConf.load(path)

@@ -8,6 +8,7 @@ backends are interchangeable. Reward weights and observation scales come from co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig
@@ -16,6 +17,9 @@ from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse, ya
 from locomotion.sim.backend import SimBackend
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
+
+if TYPE_CHECKING:
+    from locomotion.envs.terrain import TerrainGrid
 
 
 @dataclass
@@ -39,8 +43,10 @@ class VelocityTask:
     """Commands, observations, rewards and terminations for velocity tracking."""
 
     def __init__(self, cfg: DictConfig, spec: RobotSpec, layout: ModelLayout, num_envs: int,
-                 dt: float, generator: torch.Generator, device: torch.device | str = "cpu"):
-        """``generator`` (CPU) draws every random number; buffers live on ``device``."""
+                 dt: float, generator: torch.Generator, device: torch.device | str = "cpu",
+                 terrain: TerrainGrid | None = None):
+        """``generator`` (CPU) draws every random number; buffers live on ``device``;
+        ``terrain`` (None: the ground plane at z = 0) is where heights are measured from."""
         self.cfg = cfg
         self.num_envs = num_envs
         self.dt = dt
@@ -87,6 +93,8 @@ class VelocityTask:
         self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32, device=dev)
                                for k, v in terms.items()}
                            for g, terms in cfg.observations.items()}
+        self.terrain = terrain
+        self._setup_height_scan(cfg.get("height_scan"))
 
     # ----------------------------------------------------------------- commands / resets
     def _uniform(self, n: int, low_high) -> torch.Tensor:
@@ -168,9 +176,9 @@ class VelocityTask:
         )
 
     # ----------------------------------------------------------------- observations
-    def observations(self, w: World, actions: torch.Tensor,
-                     env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Observation groups (``policy``, ``critic``) as configured, each [n, dim]."""
+    def observation_terms(self, w: World, actions: torch.Tensor,
+                          env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every observation term, unscaled, [n, size] (physical units)."""
         idx = slice(None) if env_ids is None else env_ids
         values = {
             "base_lin_vel": lambda: w.base_lin_vel,
@@ -181,10 +189,76 @@ class VelocityTask:
             "joint_vel": lambda: w.joint_vel,
             "actions": lambda: actions[idx],
             "foot_contact": lambda: w.foot_contact.float(),
-            "base_height": lambda: w.base_pos[:, 2:3],
+            "base_height": lambda: self.base_height(w),
+            "height_scan": lambda: self.height_scan(w),
         }
-        return {g: torch.cat([values[k]() * s for k, s in terms.items()], dim=1)
-                for g, terms in self.obs_scales.items()}
+        used = {k for terms in self.obs_scales.values() for k in terms}
+        return {k: values[k]() for k in values if k in used}
+
+    def observations(self, w: World, actions: torch.Tensor,
+                     env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Observation groups (``policy``, ``critic``) as configured, each [n, dim]."""
+        terms = self.observation_terms(w, actions, env_ids)
+        return {g: torch.cat([terms[k] * s for k, s in scales.items()], dim=1)
+                for g, scales in self.obs_scales.items()}
+
+    def observation_layout(self, w: World, actions: torch.Tensor) -> dict[str, dict[str, slice]]:
+        """Columns of each term in each observation group (where noise and biases go)."""
+        sizes = {k: v.shape[1] for k, v in self.observation_terms(w, actions).items()}
+        layout = {}
+        for group, scales in self.obs_scales.items():
+            start, cols = 0, {}
+            for k in scales:
+                cols[k] = slice(start, start + sizes[k])
+                start += sizes[k]
+            layout[group] = cols
+        return layout
+
+    # ----------------------------------------------------------------- terrain heights
+    def _setup_height_scan(self, cfg: DictConfig | None) -> None:
+        """Scan points [P, 2] in the base's yaw frame; ``in_policy`` adds the scan to the policy."""
+        used = [g for g, terms in self.obs_scales.items() if "height_scan" in terms]
+        if cfg is None:
+            if used:
+                raise ValueError(f"observation groups {used} use height_scan but the task has "
+                                 "no height_scan settings (size, spacing, clip, in_policy)")
+            self.scan_points = None
+            return
+        (lx, ly), step = (float(v) for v in cfg.size), float(cfg.spacing)
+        if not (lx >= 0 and ly >= 0 and step > 0):
+            raise ValueError(f"height_scan size {list(cfg.size)} must be >= 0 and spacing "
+                             f"{step} > 0 (m)")
+        xs = torch.linspace(-lx / 2, lx / 2, round(lx / step) + 1)
+        ys = torch.linspace(-ly / 2, ly / 2, round(ly / step) + 1)
+        self.scan_points = torch.cartesian_prod(xs, ys).to(self.device)
+        self.scan_clip = (float(cfg.clip[0]), float(cfg.clip[1]))
+        if cfg.in_policy and "policy" in self.obs_scales:
+            scale = self.obs_scales.get("critic", {}).get("height_scan")
+            self.obs_scales["policy"].setdefault(
+                "height_scan", torch.tensor(1.0, device=self.device) if scale is None else scale)
+
+    def ground_height(self, xy: torch.Tensor) -> torch.Tensor:
+        """Ground height [...] under world points ``xy`` [..., 2] (0 on the plane)."""
+        if self.terrain is None:
+            return xy.new_zeros(xy.shape[:-1])
+        return self.terrain.heights_at(xy)
+
+    def base_height(self, w: World) -> torch.Tensor:
+        """Base height above the ground beneath it [n, 1]."""
+        if self.terrain is None:
+            return w.base_pos[:, 2:3]
+        return w.base_pos[:, 2:3] - self.terrain.heights_at(w.base_pos[:, :2]).unsqueeze(1)
+
+    def height_scan(self, w: World) -> torch.Tensor:
+        """Base z minus ground z at the scan points around the base, clipped [n, P]."""
+        q = w.base_quat
+        yaw = torch.atan2(2 * (q[:, 0] * q[:, 3] + q[:, 1] * q[:, 2]),
+                          1 - 2 * (q[:, 2].square() + q[:, 3].square())).unsqueeze(1)
+        cos, sin = yaw.cos(), yaw.sin()
+        px, py = self.scan_points[:, 0], self.scan_points[:, 1]
+        xy = torch.stack((cos * px - sin * py, sin * px + cos * py), dim=-1)
+        scan = w.base_pos[:, 2:3] - self.ground_height(xy + w.base_pos[:, None, :2])
+        return scan.clamp(*self.scan_clip)
 
     # ----------------------------------------------------------------- rewards
     def rewards(self, w: World, actions: torch.Tensor, last_actions: torch.Tensor):
@@ -264,4 +338,5 @@ REWARD_TERMS = {
 }
 
 OBSERVATION_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "commands",
-                     "joint_pos", "joint_vel", "actions", "foot_contact", "base_height")
+                     "joint_pos", "joint_vel", "actions", "foot_contact", "base_height",
+                     "height_scan")

@@ -24,3 +24,13 @@ def yaw_quat(yaw: torch.Tensor) -> torch.Tensor:
     half = 0.5 * yaw
     zero = torch.zeros_like(half)
     return torch.stack((half.cos(), zero, zero, half.sin()), dim=1)
+
+
+def quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Hamilton products ``a * b`` of quaternions [N, 4] (rotation ``b`` then ``a``)."""
+    aw, ax, ay, az = a.unbind(1)
+    bw, bx, by, bz = b.unbind(1)
+    return torch.stack((aw * bw - ax * bx - ay * by - az * bz,
+                        aw * bx + ax * bw + ay * bz - az * by,
+                        aw * by - ax * bz + ay * bw + az * bx,
+                        aw * bz + ax * by - ay * bx + az * bw), dim=1)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 # ``import tasks``, not ``from tasks import ...``: tasks.velocity imports locomotion.envs, so
 # a name import fails when ``tasks`` is imported first (partially initialized module).
 import tasks
+from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
@@ -93,6 +94,12 @@ class LocomotionEnv:
         self._sim_count: int | None = None  # physics steps only this prefix (warm-up)
         self._start_xy = torch.zeros(self.num_envs, 2, device=device)
         self.obs: Obs = {}
+        world = self.task.world(self.sim)
+        self.randomizer = Randomizer(
+            cfg.get("randomization"), self.sim, self.model, self.spec, self.layout,
+            self.control_dt, self.gen, self.task.observation_layout(world, self.actions),
+            self.task.obs_scales.get("policy", {}), int(cfg.seed))
+        self.randomizer.startup()
         self._reset_envs(torch.arange(self.num_envs, device=device))  # obs exist from the start
 
     # ------------------------------------------------------------------ api
@@ -130,8 +137,10 @@ class LocomotionEnv:
         Returns fresh observation tensors; ``self.obs`` is a persistent copy of the latest.
         """
         actions = self._check_actions(actions)
+        applied = self.randomizer.delayed(actions)
         self._ctrl[:, self._actuator_ids] = (
-            self._default_ctrl + self.spec.action_scale * actions).double()
+            self._default_ctrl + self.spec.action_scale * applied).double()
+        self.randomizer.before_physics()
         self.sim.step(self._ctrl, self.decimation, self._sim_count)
         self.episode_length += 1
         self.phase.record(self.episode_length - 1, self.max_episode_length)
@@ -146,7 +155,7 @@ class LocomotionEnv:
         lin_err, yaw_err = self.task.tracking_errors(world)
         self._accumulate(reward, terms, lin_err, yaw_err)
         self.actions.copy_(actions)
-        obs = self.task.observations(world, actions)
+        obs = self.randomizer.observe(self.task.observations(world, actions))
 
         info: dict = {}
         done = terminated | truncated
@@ -178,6 +187,7 @@ class LocomotionEnv:
             "episode_sums": {k: v.clone() for k, v in self._episode_sums.items()},
             "start_xy": self._start_xy.clone(),
             "task": self.task.state_dict(),
+            "randomizer": self.randomizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "generator": self.gen.get_state(),
             "diverged_count": self.diverged_count,
@@ -199,6 +209,7 @@ class LocomotionEnv:
             self._episode_sums[k].copy_(v)
         self._start_xy.copy_(state["start_xy"])
         self.task.load_state_dict(state["task"])
+        self.randomizer.load_state_dict(state["randomizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.gen.set_state(state["generator"])
         self.diverged_count = state["diverged_count"]
@@ -217,12 +228,15 @@ class LocomotionEnv:
     def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
         """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
         qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
+        self.randomizer.reset(env_ids, qpos, qvel)
         self.sim.reset(env_ids, qpos, qvel)
         self.task.reset(env_ids)
         self.episode_length[env_ids] = 0
         self.actions[env_ids] = 0.0
         self._start_xy[env_ids] = qpos[:, 0:2]
-        fresh = self.task.observations(self.task.world(self.sim, env_ids), self.actions, env_ids)
+        fresh = self.randomizer.observe(
+            self.task.observations(self.task.world(self.sim, env_ids), self.actions, env_ids),
+            env_ids)
         if obs is None:
             if not self.obs:
                 self.obs = {k: torch.zeros(self.num_envs, v.shape[1], device=self.device)

@@ -1,0 +1,233 @@
+"""Tests for domain randomization: ranges, per-env isolation, pushes, latency, noise, errors."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from locomotion.config import load_config
+from locomotion.envs import LocomotionEnv
+from locomotion.envs.randomization import RandomizationError
+
+N = 16
+CALM = ("task.init_state.joint_pos_scale=[1.0,1.0]", "task.init_state.base_lin_vel=0.0",
+        "task.init_state.base_ang_vel=0.0", "task.episode_length_s=5.0")
+
+
+def actions(env, steps: int, seed: int = 1, scale: float = 0.3) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [scale * torch.randn(env.num_envs, env.num_actions, generator=gen)
+            for _ in range(steps)]
+
+
+def with_events(make_env, events: dict, *overrides: str, noise: dict | None = None):
+    """An env whose randomization is exactly ``events`` (and ``noise``)."""
+    cfg = load_config("env", ["num_envs=16", "reset=sync", *overrides])
+    cfg.randomization = OmegaConf.create({"name": "test", "events": events,
+                                          "observation_noise": noise or {}})
+    env = LocomotionEnv(cfg)
+    env.reset()
+    return env
+
+
+@pytest.fixture
+def env_from_cfg():
+    envs = []
+
+    def factory(cfg):
+        env = LocomotionEnv(cfg)
+        envs.append(env)
+        env.reset()
+        return env
+
+    yield factory
+    for env in envs:
+        env.close()
+
+
+def test_none_is_bit_identical_to_nominal(make_env, env_from_cfg):
+    """randomization=none changes nothing: same trajectory as an env with no randomizer config."""
+    env = make_env("randomization=none", "reset=random_counter")
+    cfg = load_config("env", ["num_envs=16", "reset=random_counter", "task.episode_length_s=1.0",
+                              "~randomization"])
+    assert "randomization" not in cfg
+    ref = env_from_cfg(cfg)
+    for a in actions(env, 60):
+        o1, r1, t1, u1, _ = env.step(a)
+        o2, r2, t2, u2, _ = ref.step(a)
+        assert all(torch.equal(o1[k], o2[k]) for k in o1)
+        assert torch.equal(r1, r2) and torch.equal(t1, t2) and torch.equal(u1, u2)
+    assert not env.randomizer.table.fields  # no model copies either
+    assert not env.sim._own_model.any()
+
+
+def test_robust_samples_in_range_and_differ(make_env):
+    env = make_env("randomization=robust")
+    model = env.model
+    feet = [model.geom(f).id for f in env.spec.feet]
+    ground = model.geom("ground").id
+    friction = torch.tensor([[m.geom_friction[g, 0] for g in (ground, *feet)]
+                             for m in env.sim.models])
+    assert friction.min() >= 0.4 and friction.max() <= 1.25
+    assert friction[:, 0].std() > 0.1  # differs across envs
+    assert torch.equal(friction[:, 0:1].expand_as(friction), friction)  # one value per env
+    base = model.body(env.spec.base_body).id
+    payload = torch.tensor([m.body_mass[base] for m in env.sim.models]) - model.body_mass[base]
+    assert payload.min() >= -1.0 - 1e-9 and payload.max() <= 2.0 + 1e-9 and payload.std() > 0.3
+    strength = torch.tensor([m.actuator_forcerange[0, 1] for m in env.sim.models]) \
+        / model.actuator_forcerange[0, 1]
+    assert strength.min() >= 0.85 - 1e-9 and strength.max() <= 1.15 + 1e-9
+    assert set(env.randomizer.delay.tolist()) == {0, 1}
+    assert env.randomizer.joint_bias.abs().max() <= 0.02 and env.randomizer.joint_bias.std() > 0
+    again = make_env("randomization=robust")  # same seed: same draws
+    table, twin = env.randomizer.table, again.randomizer.table
+    assert torch.equal(table["geom_friction"], twin["geom_friction"])
+    other = make_env("randomization=robust", "seed=3")
+    assert not torch.equal(env.randomizer.table["body_mass"], other.randomizer.table["body_mass"])
+
+
+def test_per_env_change_touches_only_that_env(make_env):
+    events = {"friction": {"mode": "manual", "friction": [0.1, 2.0]},
+              "payload": {"mode": "manual", "mass": {"add": [0.0, 5.0]}}}
+    env = with_events(make_env, events, *CALM)
+    ref = with_events(make_env, events, *CALM)
+    env.randomizer.set("friction", torch.tensor([3]), friction=torch.tensor([[0.2]]))
+    env.randomizer.set("payload", torch.tensor([3]), mass=torch.tensor([[4.0]]))
+    ground, base = env.model.geom("ground").id, env.model.body(env.spec.base_body).id
+    assert env.sim.models[3].geom_friction[ground, 0] == pytest.approx(0.2)
+    assert env.sim.models[3].body_mass[base] == pytest.approx(env.model.body_mass[base] + 4.0)
+    for i in (0, 1, 2, 4, 15):
+        assert env.sim.models[i].geom_friction[ground, 0] == env.model.geom_friction[ground, 0]
+        assert env.sim.models[i].body_mass[base] == env.model.body_mass[base]
+    for a in actions(env, 25):
+        env.step(a)
+        ref.step(a)
+    others = torch.arange(N) != 3
+    assert torch.equal(env.sim.qpos[others], ref.sim.qpos[others])
+    assert not torch.equal(env.sim.qpos[3], ref.sim.qpos[3])  # heavier robot sits lower
+
+
+def test_push_changes_base_velocity_by_requested_amount(make_env):
+    events = {"push": {"mode": "manual", "velocity": [-1.0, 1.0]}}
+    env = with_events(make_env, events, *CALM)
+    ref = with_events(make_env, events, *CALM)
+    zero = torch.zeros(N, env.num_actions)
+    for _ in range(25):  # settle
+        env.step(zero)
+        ref.step(zero)
+    kick = torch.zeros(N, 2)
+    kick[:, 0] = torch.linspace(-1.0, 1.0, N)
+    before = env.sim.qvel[:, 0:2].clone()
+    env.randomizer.set("push", torch.arange(N), velocity=kick)
+    assert torch.allclose(env.sim.qvel[:, 0:2] - before, kick.double())
+    env.step(zero)
+    ref.step(zero)
+    dv = env.sim.qvel[:, 0] - ref.sim.qvel[:, 0]
+    # one control step later the kick is still there, less what the feet's friction took
+    assert torch.allclose(dv.float(), kick[:, 0], atol=0.35)
+    assert (dv.sign() == kick[:, 0].sign().double()).all()
+
+
+def test_interval_push_fires_on_schedule(make_env):
+    events = {"push": {"mode": "interval", "interval_s": [0.1, 0.1], "velocity": [0.5, 0.5]}}
+    env = with_events(make_env, events, *CALM)
+    later = {"push": {**events["push"], "interval_s": [100.0, 100.0]}}  # same draws, no push
+    ref = with_events(make_env, later, *CALM)
+    zero = torch.zeros(N, env.num_actions)
+    for _ in range(4):  # 0.08 s: before the first push
+        env.step(zero)
+        ref.step(zero)
+    assert torch.equal(env.sim.qvel, ref.sim.qvel)
+    env.step(zero)  # timer reaches 0.1 s: pushed this step
+    ref.step(zero)
+    assert (env.sim.qvel[:, 0:2] - ref.sim.qvel[:, 0:2] > 0.2).all()
+
+
+def test_force_push_is_held_then_released(make_env):
+    events = {"force": {"mode": "manual", "force": [-100.0, 100.0], "duration_s": 0.04}}
+    env = with_events(make_env, events, *CALM)
+    base = env.model.body(env.spec.base_body).id
+    env.randomizer.set("force", torch.tensor([0, 1]), force=torch.tensor([[80.0, 0, 0],
+                                                                        [0, -80.0, 0]]))
+    held = []
+    for _ in range(3):
+        env.step(torch.zeros(N, env.num_actions))
+        held.append(env.sim._xfrc[0, base, 0])
+    assert held == [80.0, 0.0, 0.0]  # 0.04 s = two steps: released before the third
+    assert env.sim.qvel[0, 0] > 0.1 and env.sim.qvel[1, 1] < -0.1
+
+
+@pytest.mark.parametrize("max_delay", [1, 3])
+def test_latency_delays_applied_action_by_exactly_its_steps(make_env, max_delay):
+    events = {"latency": {"mode": "manual", "steps": [0, max_delay]}}
+    env = with_events(make_env, events, *CALM)
+    delay = torch.arange(N) % (max_delay + 1)
+    env.randomizer.set("latency", torch.arange(N), steps=delay)
+    seq = actions(env, 8)
+    default = torch.as_tensor(env.layout.default_ctrl, dtype=torch.float64)
+    for t, a in enumerate(seq):
+        env.step(a)
+        for i in range(N):
+            src = t - int(delay[i])
+            want = seq[src][i].double() if src >= 0 else torch.zeros(env.num_actions,
+                                                                    dtype=torch.float64)
+            ctrl = env.ctrl[i, env.layout.actuator_ids]
+            assert torch.allclose(ctrl, default + env.spec.action_scale * want, atol=1e-6)
+
+
+def test_latency_buffer_clears_on_reset(make_env):
+    events = {"latency": {"mode": "reset", "steps": [1, 1]}}
+    env = with_events(make_env, events, *CALM, "task.episode_length_s=0.1")
+    for a in actions(env, 5):  # the 5th step ends every episode
+        env.step(a)
+    env.step(torch.ones(N, env.num_actions))
+    default = torch.as_tensor(env.layout.default_ctrl, dtype=torch.float64)
+    assert torch.allclose(env.ctrl[:, env.layout.actuator_ids], default.expand(N, -1))
+
+
+def test_observation_noise_only_on_policy_and_bounded(make_env):
+    noise = {"joint_vel": 1.5, "projected_gravity": 0.05}
+    env = with_events(make_env, {}, *CALM, noise=noise)
+    cols = env.task.observation_layout(env.task.world(env.sim), env.actions)
+    obs, *_ = env.step(torch.zeros(N, env.num_actions))
+    def term(group, name):
+        return obs[group][:, cols[group][name]]
+
+    diff = term("policy", "joint_vel") - term("critic", "joint_vel")
+    scale = float(env.task.obs_scales["policy"]["joint_vel"])
+    assert diff.abs().max() <= 1.5 * scale + 1e-6 and diff.abs().max() > 0.5 * scale
+    same = term("policy", "commands") - term("critic", "commands")
+    assert torch.equal(same, torch.zeros_like(same))
+
+
+def test_randomized_env_resumes_exactly(make_env):
+    env = make_env("randomization=robust", "reset=random_counter")
+    for a in actions(env, 20):
+        env.step(a)
+    state = env.state_dict()
+    later = actions(env, 30, seed=2)
+    ref = [env.step(a)[0]["policy"].clone() for a in later]
+    twin = make_env("randomization=robust", "reset=random_counter", "seed=5")
+    twin.load_state_dict(state)
+    for a, want in zip(later, ref, strict=True):
+        assert torch.equal(twin.step(a)[0]["policy"], want)
+
+
+@pytest.mark.parametrize("events, match", [
+    ({"friction": {"mode": "startup", "friction": [1.2, 0.4]}}, "min > max"),
+    ({"payload": {"mode": "startup", "mass": {"add": [-20.0, 1.0]}}}, "must stay positive"),
+    ({"link_mass": {"mode": "startup", "mass": {"scale": [-0.5, 1.0]}}}, "must stay positive"),
+    ({"gravity": {"mode": "startup", "g": [0, 1]}}, r"unknown randomization events.*friction"),
+    ({"friction": {"mode": "sometimes", "friction": [0.5, 1.0]}}, r"mode 'sometimes'.*startup"),
+    ({"push": {"mode": "startup", "velocity": [0, 1]}}, r"mode 'startup'.*interval"),
+    ({"friction": {"mode": "startup", "mu": [0.5, 1.0]}}, r"unknown keys \['mu'\]"),
+    ({"friction": {"mode": "startup", "friction": {"times": [0.5, 1.0]}}}, "scale"),
+    ({"latency": {"mode": "reset", "steps": [0, 1.5]}}, "whole"),
+])
+def test_invalid_config_is_a_clear_error(make_env, events, match):
+    with pytest.raises(RandomizationError, match=match):
+        with_events(make_env, events)
+
+
+def test_noise_on_unobserved_term_is_a_clear_error(make_env):
+    with pytest.raises(RandomizationError, match="policy terms"):
+        with_events(make_env, {}, noise={"foot_contact": 0.1})
