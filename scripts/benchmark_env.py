@@ -6,6 +6,7 @@ the physics. Prints a table; the last line is one JSON object.
 
     python scripts/benchmark_env.py
     python scripts/benchmark_env.py num_envs=4096 robot=dmc_quadruped
+    python scripts/benchmark_env.py terrain=rough task=rough   # on the terrain grid
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def measure(cfg: DictConfig, n: int) -> dict:
     if cfg.compare_solver:
         solver = OmegaConf.load(CONFIG_DIR / "solver" / f"{cfg.compare_solver}.yaml")
         profile = SolverProfile(**solver)
-        model, _ = build_model(env.spec, profile)
+        model, _ = build_model(env.spec, profile, env.terrain)
         decimation = round(env.control_dt / profile.timestep)
         ctrls = [np.repeat(c[:, :1], decimation, axis=1) for c in ctrls]
         other = raw_env_steps_per_s(model, env.sim.nthread, states, ctrls)
@@ -93,7 +94,8 @@ def measure(cfg: DictConfig, n: int) -> dict:
 def main(cfg: DictConfig) -> None:
     sizes = [cfg.num_envs] if cfg.num_envs else list(cfg.num_envs_list)
     rows = []
-    print(f"robot={cfg.robot.spec} solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
+    print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
+          f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
     header = f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'physics/s':>11}"
     if cfg.compare_solver:
         header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
@@ -109,7 +111,8 @@ def main(cfg: DictConfig) -> None:
             line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"
                      f" {r[f'raw_speedup_over_{name}']:>8.2f}")
         print(line + f" {r['max_rss_mb']:>10.0f}", flush=True)
-    print(json.dumps({"robot": cfg.robot.spec, "solver": cfg.solver.name, "results": rows}))
+    print(json.dumps({"robot": cfg.robot.spec, "task": cfg.task.name,
+                      "terrain": cfg.terrain.name, "solver": cfg.solver.name, "results": rows}))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from tasks.velocity import VelocityTask
 
-TASKS = {"flat_velocity": VelocityTask}
+TASKS = {"flat_velocity": VelocityTask, "rough": VelocityTask}  # rough: on a terrain grid
 
 
 def task_class(name: str):

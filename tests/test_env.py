@@ -358,7 +358,7 @@ def test_reward_terms_present_and_finite(make_env):
 
 # ------------------------------------------------------------------ config errors
 @pytest.mark.parametrize("override,match,listed", [
-    ("task.name=rough", "unknown task 'rough'", "flat_velocity"),
+    ("task.name=swim", "unknown task 'swim'", "flat_velocity"),
     ("+task.rewards.weights.jump=1.0", r"unknown reward terms \['jump'\]", "track_lin_vel"),
     ("+task.observations.policy.lidar=1.0", r"unknown observation terms \['lidar'\]",
      "projected_gravity"),

@@ -18,6 +18,8 @@ from omegaconf import DictConfig
 import tasks
 from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
+from locomotion.envs.terrain import make_terrain
+from locomotion.envs.terrain_curriculum import TerrainCurriculum
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
@@ -59,7 +61,9 @@ class LocomotionEnv:
         self.num_envs = int(cfg.num_envs)
         self.spec = load_robot_spec(cfg.robot.spec)
         self.solver = SolverProfile(**cfg.solver)
-        self.model, self.layout = build_model(self.spec, self.solver)
+        # Terrain grid (None: the ground plane); its heights live on the env's device.
+        self.terrain = make_terrain(cfg.get("terrain"), resolve_device(cfg.get("device", "cpu")))
+        self.model, self.layout = build_model(self.spec, self.solver, self.terrain)
         self.control_dt = float(cfg.task.control_dt)
         self.decimation = round(self.control_dt / self.solver.timestep)
         if abs(self.decimation * self.solver.timestep - self.control_dt) > 1e-9:
@@ -70,7 +74,10 @@ class LocomotionEnv:
         self.device = device = resolve_device(cfg.get("device", "cpu"))
         self.task = tasks.task_class(cfg.task.name)(cfg.task, self.spec, self.layout,
                                                     self.num_envs, self.control_dt, self.gen,
-                                                    device=device)
+                                                    device=device, terrain=self.terrain)
+        # Terrain: each env's tile (level, column), moved at its resets by the curriculum.
+        self.curriculum = None if self.terrain is None else TerrainCurriculum(
+            self.terrain, cfg.terrain.curriculum, self.num_envs, self.gen, device)
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
@@ -150,6 +157,8 @@ class LocomotionEnv:
         diverged = self.sim.diverged.clone()
         terminated = self.task.terminations(world) | diverged
         truncated = (self.episode_length >= self.max_episode_length) & ~terminated
+        if self.terrain is not None:  # near the grid's edge: cut the episode short, not failed
+            truncated |= self.terrain.out_of_bounds(world.base_pos[:, :2]) & ~terminated
         reward, terms = self.task.rewards(world, actions, self.actions)
         reward = torch.where(diverged, 0.0, reward)
         lin_err, yaw_err = self.task.tracking_errors(world)
@@ -163,6 +172,11 @@ class LocomotionEnv:
         if len(done_ids):
             info["final_obs"] = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in obs.items()}
             info["episode"] = self._finish_episodes(done_ids, truncated)
+            if self.curriculum is not None:  # terrain levels move before the envs respawn
+                info["episode"]["terrain_level"] = self.curriculum.update(
+                    done_ids, info["episode"]["distance"],
+                    self.task.commands[done_ids, :2].norm(dim=1),
+                    self.max_episode_length * self.control_dt)
             n_div = int(diverged.sum())
             self.diverged_count += n_div
             info["diverged"] = n_div
@@ -189,6 +203,7 @@ class LocomotionEnv:
             "task": self.task.state_dict(),
             "randomizer": self.randomizer.state_dict(),
             "schedule": self.schedule.state_dict(),
+            "terrain": None if self.curriculum is None else self.curriculum.state_dict(),
             "generator": self.gen.get_state(),
             "diverged_count": self.diverged_count,
         }
@@ -211,6 +226,8 @@ class LocomotionEnv:
         self.task.load_state_dict(state["task"])
         self.randomizer.load_state_dict(state["randomizer"])
         self.schedule.load_state_dict(state["schedule"])
+        if self.curriculum is not None:
+            self.curriculum.load_state_dict(state.get("terrain"))
         self.gen.set_state(state["generator"])
         self.diverged_count = state["diverged_count"]
 
@@ -228,6 +245,8 @@ class LocomotionEnv:
     def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
         """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
         qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
+        if self.curriculum is not None:  # terrain: spawn on the env's tile origin
+            qpos[:, 0:3] += self.curriculum.origins(env_ids).to(qpos.dtype)
         self.randomizer.reset(env_ids, qpos, qvel)
         self.sim.reset(env_ids, qpos, qvel)
         self.task.reset(env_ids)

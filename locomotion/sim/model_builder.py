@@ -1,19 +1,23 @@
 """Build the simulated model of a robot from its spec: one path for every robot.
 
 The robot's MJCF supplies bodies, joints and geoms. This module replaces its world with a
-ground plane, adds PD position actuators (``actuation: pd``) and the sensors the task
-reads, applies a solver profile, and records where everything lives in the state and
-sensor vectors so the task never looks names up in a hot path.
+ground plane (or a terrain heightfield), adds PD position actuators (``actuation: pd``) and
+the sensors the task reads, applies a solver profile, and records where everything lives in
+the state and sensor vectors so the task never looks names up in a hot path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
 
 from locomotion.sim.robot_spec import RobotSpec, RobotSpecError
+
+if TYPE_CHECKING:
+    from locomotion.envs.terrain import TerrainGrid
 
 CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
 INTEGRATORS = {
@@ -68,17 +72,19 @@ class ModelLayout:
                                for n in names])
 
 
-def build_model(spec: RobotSpec, solver: SolverProfile) -> tuple[mujoco.MjModel, ModelLayout]:
-    """Compile the robot of ``spec`` under ``solver`` and return it with its layout."""
-    model = build_spec(spec, solver).compile()
+def build_model(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | None = None,
+                ) -> tuple[mujoco.MjModel, ModelLayout]:
+    """Compile the robot of ``spec`` under ``solver`` on ``terrain`` (None: a plane)."""
+    model = build_spec(spec, solver, terrain).compile()
     return model, _layout(model, spec)
 
 
-def build_spec(spec: RobotSpec, solver: SolverProfile) -> mujoco.MjSpec:
+def build_spec(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | None = None,
+               ) -> mujoco.MjSpec:
     """The edited, uncompiled MJCF of ``build_model`` (exporters write it out with ``to_xml``)."""
     mj = mujoco.MjSpec.from_file(str(spec.mjcf))
     base = _find(mj, "body", spec.base_body)
-    _replace_world(mj, base)
+    _replace_world(mj, base, terrain)
     _check_names(mj, spec)
     for s in list(mj.sensors):
         mj.delete(s)
@@ -122,8 +128,14 @@ def _check_names(mj: mujoco.MjSpec, spec: RobotSpec) -> None:
         _find(mj, "body", name)
 
 
-def _replace_world(mj: mujoco.MjSpec, base) -> None:
-    """Drop everything in the world but the robot, then lay a ground plane."""
+# Contact and look of the geom named "ground", plane or heightfield alike (randomizers find
+# the ground friction by that name).
+_GROUND = {"contype": 1, "conaffinity": 1, "condim": 3, "friction": [1.0, 0.005, 0.0001],
+           "rgba": [0.35, 0.4, 0.45, 1]}
+
+
+def _replace_world(mj: mujoco.MjSpec, base, terrain: TerrainGrid | None = None) -> None:
+    """Drop everything in the world but the robot, then lay a ground plane or the terrain."""
     world = mj.worldbody
     for body in list(world.bodies):
         if body.name != base.name:
@@ -132,13 +144,22 @@ def _replace_world(mj: mujoco.MjSpec, base) -> None:
         mj.delete(geom)
     for site in list(world.sites):
         mj.delete(site)
-    world.add_geom(
-        name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
-        contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
-        rgba=[0.35, 0.4, 0.45, 1],
-    )
+    if terrain is None:
+        world.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+                       **_GROUND)
+    else:
+        _add_heightfield(mj, terrain)
     if not any(light for light in mj.lights):
         world.add_light(pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
+
+
+def _add_heightfield(mj: mujoco.MjSpec, terrain: TerrainGrid) -> None:
+    """The terrain grid as one ``hfield`` asset (data inline, no file) and the ground geom."""
+    hf = terrain.heightfield()
+    mj.add_hfield(name="terrain", nrow=hf.nrow, ncol=hf.ncol, size=list(hf.size),
+                  userdata=hf.data.ravel().tolist())
+    mj.worldbody.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain",
+                          pos=list(hf.pos), **_GROUND)
 
 
 def _add_sensors(mj: mujoco.MjSpec, spec: RobotSpec, base) -> None:
