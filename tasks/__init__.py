@@ -2,7 +2,8 @@
 
 from tasks.velocity import VelocityTask
 
-TASKS = {"flat_velocity": VelocityTask, "rough": VelocityTask}  # rough: on a terrain grid
+TASKS = {"flat_velocity": VelocityTask, "rough": VelocityTask,  # rough: on a terrain grid
+         "multitask": VelocityTask}  # rough + gaits + subtask one-hot (configs/multitask)
 
 
 def task_class(name: str):

@@ -17,6 +17,7 @@ from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse, ya
 from locomotion.sim.backend import SimBackend
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
+from tasks.gaits import GaitClock
 
 if TYPE_CHECKING:
     from locomotion.envs.terrain import TerrainGrid
@@ -70,6 +71,11 @@ class VelocityTask:
         self.torque_cols = cols([f"{a}_force" for a in spec.actuators])
 
         self.commands = torch.zeros(num_envs, 3, device=dev)
+        c = cfg.commands
+        ranges = torch.tensor([c.lin_vel_x, c.lin_vel_y, c.ang_vel_yaw], dtype=f32)
+        self.command_range = ranges.repeat(num_envs, 1, 1)  # [N, 3, (low, high)], CPU
+        self.gait = GaitClock(cfg.gaits, len(spec.feet), num_envs, generator, dev) \
+            if cfg.get("gaits") else None
         self.command_timer = torch.zeros(num_envs, device=dev)
         self.air_time = torch.zeros(num_envs, len(spec.feet), device=dev)
         self.last_contact = torch.ones(num_envs, len(spec.feet), dtype=torch.bool, device=dev)
@@ -85,6 +91,10 @@ class VelocityTask:
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
         if unknown:
             raise ValueError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
+        gait_terms = {"gait_contact"} & set(self.reward_weights) | {
+            "gait" for terms in cfg.observations.values() if "gait" in terms}
+        if gait_terms and self.gait is None:
+            raise ValueError(f"{sorted(gait_terms)} need gait commands: add task.gaits")
         for group, terms in cfg.observations.items():
             bad = sorted(set(terms) - set(OBSERVATION_TERMS))
             if bad:
@@ -102,10 +112,11 @@ class VelocityTask:
         return (low + (high - low) * torch.rand(n, generator=self.gen)).to(self.device)
 
     def sample_commands(self, env_ids: torch.Tensor) -> None:
-        """Draw new commands for ``env_ids``; a configured share stand still."""
+        """Draw new commands for ``env_ids`` in their ranges; a configured share stand still."""
         c, n = self.cfg.commands, len(env_ids)
-        cmd = torch.stack((self._uniform(n, c.lin_vel_x), self._uniform(n, c.lin_vel_y),
-                           self._uniform(n, c.ang_vel_yaw)), dim=1)
+        rng = self.command_range[env_ids.cpu()]
+        u = torch.stack([torch.rand(n, generator=self.gen) for _ in range(3)], dim=1)
+        cmd = (rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * u).to(self.device)
         stand = (torch.rand(n, generator=self.gen) < c.standing_fraction).to(self.device)
         self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
         self.command_timer[env_ids] = c.resample_time_s
@@ -127,6 +138,8 @@ class VelocityTask:
     def reset(self, env_ids: torch.Tensor) -> None:
         """Clear per-episode trackers of ``env_ids`` and give them new commands."""
         self.sample_commands(env_ids)
+        if self.gait is not None:
+            self.gait.reset(env_ids)
         self.air_time[env_ids] = 0.0
         self.last_contact[env_ids] = True  # spawned standing on its feet
         self.last_joint_vel[env_ids] = 0.0
@@ -134,18 +147,28 @@ class VelocityTask:
     def advance_commands(self) -> None:
         """Count down command timers and resample the expired ones."""
         self.command_timer -= self.dt
+        if self.gait is not None:
+            self.gait.advance(self.dt)
         expired = (self.command_timer <= 0).nonzero().squeeze(1)
         if len(expired):
             self.sample_commands(expired)
 
     _STATE = ("commands", "command_timer", "air_time", "last_contact", "last_joint_vel")
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, k).clone() for k in self._STATE}
+    def state_dict(self) -> dict:
+        state = {k: getattr(self, k).clone() for k in self._STATE}
+        state["command_range"] = self.command_range.clone()
+        if self.gait is not None:
+            state["gait"] = self.gait.state_dict()
+        return state
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+    def load_state_dict(self, state: dict) -> None:
         for k in self._STATE:
             getattr(self, k).copy_(state[k])
+        if "command_range" in state:
+            self.command_range.copy_(state["command_range"])
+        if self.gait is not None:
+            self.gait.load_state_dict(state["gait"])
 
     # ----------------------------------------------------------------- world
     def world(self, sim: SimBackend, env_ids: torch.Tensor | None = None) -> World:
@@ -191,9 +214,18 @@ class VelocityTask:
             "foot_contact": lambda: w.foot_contact.float(),
             "base_height": lambda: self.base_height(w),
             "height_scan": lambda: self.height_scan(w),
+            "gait": lambda: self.gait.observation(idx),
+            "subtask": lambda: self._subtask_onehot()[idx],
         }
         used = {k for terms in self.obs_scales.values() for k in terms}
         return {k: values[k]() for k in values if k in used}
+
+    def _subtask_onehot(self) -> torch.Tensor:
+        """One-hot of each env's subtask [N, S], set by the env when it runs subtasks."""
+        if getattr(self, "subtask_onehot", None) is None:
+            raise ValueError("observation term 'subtask' needs subtasks: choose task=multitask "
+                             "or a multitask config with subtasks")
+        return self.subtask_onehot
 
     def observations(self, w: World, actions: torch.Tensor,
                      env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -335,8 +367,9 @@ REWARD_TERMS = {
     "feet_air_time": _feet_air_time,
     "undesired_contacts": lambda c: c.w.undesired_contacts,
     "joint_limits": _joint_limits,
+    "gait_contact": lambda c: c.task.gait.contact_match(c.w.foot_contact),
 }
 
 OBSERVATION_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "commands",
                      "joint_pos", "joint_vel", "actions", "foot_contact", "base_height",
-                     "height_scan")
+                     "height_scan", "gait", "subtask")

@@ -474,6 +474,8 @@ class Randomizer:
                                     device=dev) if self.max_delay else None
         self._timers = {k: torch.zeros(n, device=dev) for k, e in self.events.items()
                         if e.mode == "interval"}
+        # which envs an interval event may fire on (subtasks without pushes switch them off)
+        self.enabled = {k: torch.ones(n, dtype=torch.bool, device=dev) for k in self._timers}
         policy = obs_layout.get("policy", {})
         self._noise = self._noise_amplitudes(cfg.get("observation_noise") or {}, policy,
                                              obs_scales)
@@ -547,12 +549,14 @@ class Randomizer:
                                      torch.zeros(len(ending), 6, dtype=torch.float64))
         for name, timer in self._timers.items():
             timer -= self.control_dt
-            due = (timer <= 0).nonzero().squeeze(1)
-            if len(due):
+            due = timer <= 0
+            fire = (due & self.enabled[name]).nonzero().squeeze(1)
+            if len(fire):
                 e = self.events[name]
-                ids = due.cpu()
-                e.apply(ids, e.sample(ids))
-                timer[due] = self._interval(e, len(ids))
+                e.apply(fire.cpu(), e.sample(fire.cpu()))
+            due = due.nonzero().squeeze(1)
+            if len(due):
+                timer[due] = self._interval(self.events[name], len(due))
 
     def delayed(self, actions: torch.Tensor) -> torch.Tensor:
         """The actions the actuators receive: each env's own, ``delay`` steps old."""
@@ -599,6 +603,7 @@ class Randomizer:
                  "joint_bias": self.joint_bias.clone(), "delay": self.delay.clone(),
                  "force_left": self.force_left.clone(), "noise_scale": self.noise_scale.clone(),
                  "timers": {k: v.clone() for k, v in self._timers.items()},
+                 "enabled": {k: v.clone() for k, v in self.enabled.items()},
                  "noise_gen": self.noise_gen.get_state()}
         if self._history is not None:
             state["history"] = self._history.clone()
@@ -610,6 +615,7 @@ class Randomizer:
             getattr(self, k).copy_(state[k])
         for k, v in state["timers"].items():
             self._timers[k].copy_(v)
+            self.enabled[k].copy_(state["enabled"][k])
         self.noise_gen.set_state(state["noise_gen"])
         if self._history is not None:
             self._history.copy_(state["history"])

@@ -20,6 +20,7 @@ from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
 from locomotion.envs.terrain import make_terrain
 from locomotion.envs.terrain_curriculum import TerrainCurriculum
+from locomotion.multitask.subtasks import SubtaskSet
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
@@ -78,6 +79,11 @@ class LocomotionEnv:
         # Terrain: each env's tile (level, column), moved at its resets by the curriculum.
         self.curriculum = None if self.terrain is None else TerrainCurriculum(
             self.terrain, cfg.terrain.curriculum, self.num_envs, self.gen, device)
+        # Subtasks (configs/multitask): each env slot runs one, adopted at its resets.
+        multitask = cfg.get("multitask")
+        self.multitask = SubtaskSet(multitask, self) \
+            if multitask is not None and multitask.get("subtasks") else None
+        self.task.subtask_onehot = self.multitask.onehot if self.multitask else None
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
@@ -163,6 +169,8 @@ class LocomotionEnv:
         reward = torch.where(diverged, 0.0, reward)
         lin_err, yaw_err = self.task.tracking_errors(world)
         self._accumulate(reward, terms, lin_err, yaw_err)
+        if self.multitask is not None:
+            self.multitask.step(world.foot_contact)
         self.actions.copy_(actions)
         obs = self.randomizer.observe(self.task.observations(world, actions))
 
@@ -177,6 +185,11 @@ class LocomotionEnv:
                     done_ids, info["episode"]["distance"],
                     self.task.commands[done_ids, :2].norm(dim=1),
                     self.max_episode_length * self.control_dt)
+            if self.multitask is not None:
+                ep = info["episode"]
+                sub, ok = self.multitask.judge(done_ids, ep["timeout"], ep["lin_vel_error"],
+                                               ep["length"])
+                ep["subtask"], ep["success"] = sub, ok
             n_div = int(diverged.sum())
             self.diverged_count += n_div
             info["diverged"] = n_div
@@ -204,6 +217,7 @@ class LocomotionEnv:
             "randomizer": self.randomizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "terrain": None if self.curriculum is None else self.curriculum.state_dict(),
+            "multitask": None if self.multitask is None else self.multitask.state_dict(),
             "generator": self.gen.get_state(),
             "diverged_count": self.diverged_count,
         }
@@ -228,6 +242,8 @@ class LocomotionEnv:
         self.schedule.load_state_dict(state["schedule"])
         if self.curriculum is not None:
             self.curriculum.load_state_dict(state.get("terrain"))
+        if self.multitask is not None:
+            self.multitask.load_state_dict(state["multitask"])
         self.gen.set_state(state["generator"])
         self.diverged_count = state["diverged_count"]
 
@@ -244,6 +260,8 @@ class LocomotionEnv:
 
     def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
         """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
+        if self.multitask is not None:  # switch subtask (terrain tile, commands, gait) first
+            self.multitask.adopt(env_ids)
         qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
         if self.curriculum is not None:  # terrain: spawn on the env's tile origin
             qpos[:, 0:3] += self.curriculum.origins(env_ids).to(qpos.dtype)

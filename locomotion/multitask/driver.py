@@ -1,0 +1,108 @@
+"""Drives the scheduler from the training loop, on one process or across ranks.
+
+Each iteration the driver counts finished episodes and successes per subtask. Every
+``every`` iterations it sums those counts over all ranks, lets the scheduler pick new
+slot counts for the whole job, splits them over the ranks so that every rank's rollout
+costs about the same, and retargets this rank's env slots (they switch at their next
+reset). Every rank computes the same decision from the same all-reduced numbers, which
+is what a decision on rank 0 followed by a broadcast would give, with one collective
+fewer. Per-subtask step cost is estimated from the ranks' measured rollout times.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+import torch.distributed as dist
+
+from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
+
+_COST_WINDOW = 20  # iterations of (slot mix, rollout time) kept for the cost estimate
+_COST_RIDGE = 1e-2  # pull toward equal costs where the mixes cannot tell subtasks apart
+
+
+class SchedulerDriver:
+    """Feeds episode outcomes to a ``Scheduler`` and applies its allocations to the env."""
+
+    def __init__(self, env, cfg):
+        self.env = env
+        self.subtasks = env.multitask
+        keys = set(SchedulerConfig.__dataclass_fields__)
+        self.cfg = SchedulerConfig(**{k: v for k, v in cfg.items() if k in keys})
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        self.names = self.subtasks.names
+        self.scheduler = Scheduler(self.names, env.num_envs * self.world, self.cfg)
+        s = len(self.names)
+        self._episodes = torch.zeros(s, dtype=torch.float64)
+        self._successes = torch.zeros(s, dtype=torch.float64)
+        self._history: deque[torch.Tensor] = deque(maxlen=_COST_WINDOW)
+        self.cost = torch.ones(s, dtype=torch.float64)
+
+    def record(self, episode: dict) -> None:
+        """Count one step's finished episodes (``info["episode"]``) per subtask."""
+        sub = episode["subtask"].cpu()
+        s = len(self.names)
+        self._episodes += torch.bincount(sub, minlength=s).double()
+        self._successes += torch.bincount(sub, weights=episode["success"].cpu().double(),
+                                          minlength=s)
+
+    def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
+        """Fold in this iteration's outcomes; re-allocate every ``every`` iterations.
+
+        Returns the scalars to log: per-subtask success rate, and on re-allocation the
+        progress, the new slot shares and each rank's rollout time.
+        """
+        local = self.subtasks.slots.counts("current", len(self.names)).double()
+        stats = torch.cat((self._episodes, self._successes, local,
+                           torch.tensor([rollout_s], dtype=torch.float64)))
+        gathered = self._all_gather(stats)  # [ranks, 3 S + 1]
+        s = len(self.names)
+        episodes, successes = gathered[:, :s].sum(0), gathered[:, s:2 * s].sum(0)
+        self._history.extend(gathered[:, 2 * s:])
+        self._episodes.zero_()
+        self._successes.zero_()
+        rate = successes / episodes.clamp(min=1)
+        self.scheduler.update(rate, episodes)
+        out = {f"multitask/success/{n}": float(r)
+               for n, r, e in zip(self.names, rate, episodes, strict=True) if e > 0}
+        rollout = gathered[:, -1]
+        out["multitask/rollout_s_max_over_min"] = float(rollout.max() / rollout.min().clamp(
+            min=1e-9))
+        if (iteration + 1) % self.cfg.every == 0:
+            self.cost = self._estimate_cost()
+            total = self.scheduler.allocate()
+            per_rank = split_across_ranks(total, self.cost, self.world, self.env.num_envs)
+            self.subtasks.slots.retarget(per_rank[self.rank])
+            for n, c, p in zip(self.names, total, self.scheduler.progress, strict=True):
+                out[f"multitask/share/{n}"] = float(c) / float(total.sum())
+                out[f"multitask/progress/{n}"] = float(p)
+                out[f"multitask/cost/{n}"] = float(self.cost[self.names.index(n)])
+        return out
+
+    def _all_gather(self, stats: torch.Tensor) -> torch.Tensor:
+        if not self.distributed:
+            return stats[None]
+        parts = [torch.empty_like(stats) for _ in range(self.world)]
+        dist.all_gather(parts, stats)
+        return torch.stack(parts)
+
+    def _estimate_cost(self) -> torch.Tensor:
+        """Rollout seconds per env slot of each subtask: ridge regression of the ranks'
+        rollout times on their slot mixes, pulled toward one common cost per slot."""
+        rows = torch.stack(list(self._history))
+        a, t = rows[:, :-1], rows[:, -1]
+        mean = (t / a.sum(1).clamp(min=1)).mean()
+        lam = _COST_RIDGE * float((a * a).sum() / max(a.shape[1], 1))
+        lhs = a.T @ a + lam * torch.eye(a.shape[1], dtype=a.dtype)
+        rhs = a.T @ t + lam * mean
+        return torch.linalg.solve(lhs, rhs).clamp(min=0.1 * float(mean))
+
+    def state_dict(self) -> dict:
+        return {"scheduler": self.scheduler.state_dict(), "cost": self.cost.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.cost.copy_(state["cost"])

@@ -1,0 +1,143 @@
+"""Subtasks: named combinations of terrain, command range, gait and perturbation.
+
+A subtask (``configs/multitask/*.yaml``) says where an env walks (terrain types and a
+level range of the terrain grid), what it is asked (command ranges, a gait) and what
+hits it (pushes or not), and when an episode of it counts as a success. ``SubtaskSet``
+applies an env slot's subtask when the slot resets, gives the policy a one-hot of it,
+and judges each finished episode; the scheduler sizes the subtasks from those verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from locomotion.multitask.slots import SubtaskSlots
+from tasks.gaits import FREE
+
+FLAT = "flat"
+
+
+@dataclass(frozen=True)
+class Subtask:
+    name: str
+    terrain: tuple[str, ...]            # terrain types it walks on
+    levels: tuple[int, int]             # lowest and highest terrain level
+    commands: torch.Tensor              # [3, 2]: vx, vy, yaw-rate ranges
+    gait: str                           # "free" or a gait of task.gaits
+    push: bool                          # the push event may fire on it
+    max_lin_vel_error: float            # success: mean planar tracking error, m/s
+    min_gait_match: float               # success: share of feet on schedule (gaits only)
+
+
+def parse_subtasks(cfg, default_commands, terrain, gaits) -> list[Subtask]:
+    """Subtasks of ``cfg.subtasks``, checked against the terrain grid and the gait table."""
+    if not cfg.get("subtasks"):
+        raise ValueError("multitask.subtasks is empty; name at least one subtask")
+    terrain_types = sorted(set(terrain.column_types)) if terrain is not None else [FLAT]
+    gait_names = ["free", *(gaits.names if gaits is not None else [])]
+    top = terrain.levels - 1 if terrain is not None else 0
+    out = []
+    for name, s in cfg.subtasks.items():
+        where = f"multitask.subtasks.{name}"
+        types = tuple(s.get("terrain", [FLAT]))
+        bad = sorted(set(types) - set(terrain_types))
+        if bad:
+            raise ValueError(f"{where}: unknown terrain {bad}; this run's terrain grid has "
+                             f"columns of {terrain_types}")
+        gait = s.get("gait", "free")
+        if gait not in gait_names:
+            raise ValueError(f"{where}: unknown gait {gait!r}; valid: {gait_names}")
+        levels = tuple(int(v) for v in s.get("levels", [0, top]))
+        if not 0 <= levels[0] <= levels[1] <= top:
+            raise ValueError(f"{where}: levels {list(levels)} must satisfy 0 <= low <= high "
+                             f"<= {top}")
+        commands = {**default_commands, **s.get("commands", {})}
+        success = s.get("success", {})
+        out.append(Subtask(
+            name=name, terrain=types, levels=levels,
+            commands=torch.tensor([list(commands[k]) for k in
+                                   ("lin_vel_x", "lin_vel_y", "ang_vel_yaw")]),
+            gait=gait, push=bool(s.get("push", False)),
+            max_lin_vel_error=float(success.get("max_lin_vel_error", 0.25)),
+            min_gait_match=float(success.get("min_gait_match", 0.8))))
+    return out
+
+
+class SubtaskSet:
+    """The subtasks of one env batch, the slot each env runs, and per-episode success."""
+
+    def __init__(self, cfg, env):
+        task, self.env = env.task, env
+        self.subtasks = parse_subtasks(cfg, dict(env.cfg.task.commands), env.terrain,
+                                       task.gait)
+        self.names = [s.name for s in self.subtasks]
+        s, n = len(self.subtasks), env.num_envs
+        counts = torch.full((s,), n // s) + (torch.arange(s) < n % s)
+        self.slots = SubtaskSlots(n, counts, env.device)
+        self.onehot = torch.zeros(n, s, device=env.device)
+        self.gait_match = torch.zeros(n, device=env.device)
+        self._commands = torch.stack([t.commands for t in self.subtasks])
+        self._gait = torch.tensor([FREE if t.gait == "free" else task.gait.index(t.gait)
+                                   for t in self.subtasks])
+        self._push = torch.tensor([t.push for t in self.subtasks], device=env.device)
+        self._max_err = torch.tensor([t.max_lin_vel_error for t in self.subtasks],
+                                     device=env.device)
+        self._min_match = torch.tensor([t.min_gait_match if t.gait != "free" else 0.0
+                                        for t in self.subtasks], device=env.device)
+        self._levels = torch.tensor([t.levels for t in self.subtasks], device=env.device)
+        if env.terrain is not None:
+            types = env.terrain.column_types
+            self._columns = [torch.tensor([c for c, kind in enumerate(types) if kind in t.terrain],
+                                          device=env.device) for t in self.subtasks]
+
+    def adopt(self, env_ids: torch.Tensor) -> None:
+        """Envs ``env_ids`` are resetting: switch them to their target subtask and set it up
+        (command ranges, gait, pushes, terrain tile) before the task spawns them."""
+        self.slots.adopt(env_ids)
+        sub = self.slots.current[env_ids]
+        env, cpu = self.env, sub.cpu()
+        env.task.command_range[env_ids.cpu()] = self._commands[cpu]
+        if env.task.gait is not None:
+            env.task.gait.assigned[env_ids.cpu()] = self._gait[cpu]
+        if "push" in env.randomizer.enabled:
+            env.randomizer.enabled["push"][env_ids] = self._push[sub]
+        self.onehot[env_ids] = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
+        self.gait_match[env_ids] = 0.0
+        if env.terrain is not None:
+            self._place_on_terrain(env_ids, sub)
+
+    def _place_on_terrain(self, env_ids: torch.Tensor, sub: torch.Tensor) -> None:
+        """A column of the subtask's terrain types, a level in its range (batched per subtask)."""
+        cur = self.env.curriculum
+        for k in torch.unique(sub).tolist():
+            ids = env_ids[sub == k]
+            cols = self._columns[k]
+            pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen).to(cols.device)
+            cur.columns[ids] = cols[pick]
+            low, high = self._levels[k].tolist()
+            cur.levels[ids] = cur.levels[ids].clamp(low, high)
+
+    def step(self, foot_contact: torch.Tensor) -> None:
+        """Accumulate how well each env keeps its gait schedule this step."""
+        gait = self.env.task.gait
+        if gait is not None:
+            self.gait_match += gait.contact_match(foot_contact)
+
+    def judge(self, env_ids: torch.Tensor, survived: torch.Tensor, lin_err: torch.Tensor,
+              length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Subtask id and success (survived, tracked, kept the gait) of finished episodes."""
+        sub = self.slots.current[env_ids]
+        match = self.gait_match[env_ids] / length.clamp(min=1)
+        ok = (survived > 0) & (lin_err <= self._max_err[sub]) & (match >= self._min_match[sub])
+        return sub, ok.float()
+
+    def state_dict(self) -> dict:
+        return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),
+                "gait_match": self.gait_match.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.slots.load_state_dict(state["slots"])
+        self.onehot.copy_(state["onehot"])
+        self.gait_match.copy_(state["gait_match"])

@@ -1,0 +1,109 @@
+"""Tests for subtasks in the env: adoption at reset, per-subtask setup, gaits, errors."""
+
+import pytest
+import torch
+
+from locomotion.config import load_config
+from locomotion.envs import LocomotionEnv
+from locomotion.multitask.driver import SchedulerDriver
+from tasks.gaits import FREE
+
+SMALL = ("task=multitask", "num_envs=32", "reset=sync", "terrain.levels=3",
+         "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.2")
+
+
+@pytest.fixture
+def env_with():
+    envs = []
+
+    def factory(*overrides: str) -> LocomotionEnv:
+        env = LocomotionEnv(load_config("env", [*SMALL, *overrides]))
+        envs.append(env)
+        env.reset()
+        return env
+
+    yield factory
+    for env in envs:
+        env.close()
+
+
+def test_subtasks_set_terrain_commands_gait_and_pushes(env_with):
+    env = env_with()
+    mt, names = env.multitask, env.multitask.names
+    sub = mt.slots.current
+    assert torch.bincount(sub, minlength=len(names)).tolist() == [4] * len(names)
+    kinds = [env.terrain.column_types[c] for c in env.curriculum.columns.tolist()]
+    for i, k in enumerate(sub.tolist()):
+        assert kinds[i] in mt.subtasks[k].terrain
+        want = FREE if mt.subtasks[k].gait == "free" else env.task.gait.index(mt.subtasks[k].gait)
+        assert env.task.gait.gait[i] == want
+        assert torch.equal(env.task.command_range[i], mt.subtasks[k].commands)
+        assert env.randomizer.enabled["push"][i] == mt.subtasks[k].push
+    onehot = env.obs["policy"][:, -len(names):]
+    assert torch.equal(onehot.argmax(1), sub)
+
+
+def test_env_switches_subtask_only_at_its_reset(env_with):
+    env = env_with("reset=random_counter")
+    before = env.multitask.slots.current.clone()
+    counts = torch.zeros(len(env.multitask.names), dtype=torch.long)
+    counts[0], counts[1] = 16, 16
+    env.multitask.slots.retarget(counts)
+    changed = env.multitask.slots.target != before
+    switched = torch.zeros(env.num_envs, dtype=torch.bool)
+    for _ in range(3):
+        _, _, term, trunc, _ = env.step(torch.zeros(env.num_envs, env.num_actions))
+        done = term | trunc
+        now = env.multitask.slots.current != before
+        assert not (now & ~(done | switched)).any()  # nobody switched without a reset
+        switched |= done & changed
+    assert switched.any()
+
+
+def test_gait_reward_follows_the_schedule(env_with):
+    env = env_with()
+    gait = env.task.gait
+    trot = env.multitask.names.index("trot")
+    ids = (env.multitask.slots.current == trot).nonzero().squeeze(1)
+    desired = gait.desired_contact()
+    assert torch.equal(gait.contact_match(desired)[ids], torch.ones(len(ids)))
+    assert torch.equal(gait.contact_match(~desired)[ids], torch.zeros(len(ids)))
+    free = (gait.gait == FREE).nonzero().squeeze(1)
+    assert (gait.contact_match(desired)[free] == 0).all()
+    # trot: diagonal feet (FR, RL) together, the other pair half a cycle apart
+    assert torch.equal(desired[ids, 0], desired[ids, 3]) and torch.equal(
+        desired[ids, 0], ~desired[ids, 1])
+
+
+def test_driver_reallocates_and_logs(env_with):
+    env = env_with("multitask.every=2")
+    driver = SchedulerDriver(env, env.cfg.multitask)
+    logs = []
+    for it in range(4):
+        for _ in range(10):
+            *_, info = env.step(torch.zeros(env.num_envs, env.num_actions))
+            if "episode" in info:
+                driver.record(info["episode"])
+        logs.append(driver.end_iteration(it, rollout_s=1.0))
+    assert any(k.startswith("multitask/success/") for k in logs[0])
+    assert "multitask/share/flat" in logs[1] and "multitask/share/flat" not in logs[0]
+    shares = [logs[1][f"multitask/share/{n}"] for n in env.multitask.names]
+    assert sum(shares) == pytest.approx(1.0)
+    target = env.multitask.slots.counts("target", len(shares))
+    assert int(target.sum()) == env.num_envs and (target >= 2).all()
+
+
+@pytest.mark.parametrize("override, match", [
+    ("+multitask.subtasks.flat.gait=gallop", r"unknown gait 'gallop'.*trot"),
+    ("multitask.subtasks.flat.terrain=[lava]", r"unknown terrain \['lava'\].*stairs_up"),
+    ("+multitask.subtasks.flat.levels=[0,9]", "levels"),
+])
+def test_bad_subtask_is_a_clear_error(env_with, override, match):
+    with pytest.raises(ValueError, match=match):
+        env_with(override)
+
+
+def test_subtask_observation_needs_subtasks():
+    cfg = load_config("env", ["num_envs=4", "+task.observations.policy.subtask=1.0"])
+    with pytest.raises(ValueError, match="needs subtasks"):
+        LocomotionEnv(cfg)
