@@ -18,10 +18,11 @@ def load_config(name: str = "env", overrides: list[str] | None = None) -> DictCo
 
 
 def replay_config(trained: dict[str, Any], num_envs: int, seed: int,
-                  solver: str | None = None, randomization: str = "none") -> DictConfig:
+                  solver: str | None = None, randomization: str = "none",
+                  terrain: str | DictConfig | None = None) -> DictConfig:
     """A trained run's env config for running its policy: native MuJoCo on the CPU, every
-    episode started together, this batch size and seed, optionally another solver profile,
-    and the randomization preset ``randomization`` (nominal by default).
+    episode started together, this batch size and seed, optionally another solver profile
+    or terrain, and the randomization preset ``randomization`` (nominal by default).
     """
     cfg = OmegaConf.create(trained)
     cfg.num_envs = num_envs
@@ -32,6 +33,8 @@ def replay_config(trained: dict[str, Any], num_envs: int, seed: int,
     if solver:
         cfg.solver = config_group("solver", solver)
     cfg.randomization = config_group("randomization", randomization)
+    if terrain:  # a terrain option's name or config, e.g. a flat-ground policy on rough
+        cfg.terrain = config_group("terrain", terrain) if isinstance(terrain, str) else terrain
     return cfg
 
 

@@ -2,6 +2,7 @@
 
     python scripts/play.py checkpoint=runs/<run>/checkpoints/latest.pt
     MUJOCO_GL=osmesa python scripts/play.py checkpoint=... solver=fidelity
+    python scripts/play.py checkpoint=... terrain=rough     # on the terrain grid
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from locomotion.rl.runner import policy_from_checkpoint
 def main(cfg: DictConfig) -> None:
     data = load_checkpoint(cfg.checkpoint)
     policy = policy_from_checkpoint(data)
-    env = LocomotionEnv(replay_config(data["config"], cfg.num_envs, cfg.seed, cfg.solver))
+    solver = cfg.solver.name if cfg.get("solver") else None
+    env = LocomotionEnv(replay_config(data["config"], cfg.num_envs, cfg.seed, solver,
+                                      terrain=cfg.get("terrain")))
     recorder = None
     if cfg.video:
         problem = renderer_problem()

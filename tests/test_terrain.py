@@ -254,3 +254,14 @@ def test_robot_stands_on_rough_terrain(make_env):
     assert (w.gravity[:, 2] < -0.95).all()
     ground = env.terrain.heights_at(env.sim.qpos[:, :2].float())
     assert (env.sim.qpos[:, 2].float() > ground + 0.2).all()
+
+
+def test_replay_on_another_terrain():
+    """play.py terrain=...: a flat-ground run's config replayed on the grid; bad names listed."""
+    from locomotion.config import replay_config
+
+    trained = OmegaConf.to_container(load_config("train"))
+    assert replay_config(trained, 4, 0).terrain.name == "flat"
+    assert replay_config(trained, 4, 0, terrain="rough").terrain.levels == 10
+    with pytest.raises(ValueError, match=r"unknown terrain option 'lava'; valid: \['flat'"):
+        replay_config(trained, 4, 0, terrain="lava")
