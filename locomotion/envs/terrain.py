@@ -184,7 +184,8 @@ class TerrainGrid:
                 x, y = b + level * n + n // 2, b + col * n + n // 2
                 out[level, col] = (x * self.resolution - self.half_extent[0],
                                    y * self.resolution - self.half_extent[1],
-                                   self.heights[y - r:y + r + 1, x - r:x + r + 1].max())
+                                   self.heights[max(y - r, 0):y + r + 1,
+                                                max(x - r, 0):x + r + 1].max())
         return out
 
     def difficulty(self, level: int) -> float:
