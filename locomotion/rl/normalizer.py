@@ -12,9 +12,10 @@ class EmpiricalNormalizer(nn.Module):
     Statistics live in buffers (``mean``, ``var``, ``count``) so they are saved in the
     state dict and follow ``.to(device)``. ``var`` is the population variance (M2 / count).
 
-    For multi-process training, each rank can compute ``batch_stats`` on its data and the
-    global batch statistics follow from sum-all-reducing ``count``, ``count * mean`` and
-    ``M2 + count * mean**2``; feed the result to ``merge`` on every rank.
+    For multi-process training every rank computes ``batch_stats`` on its own data, all
+    ranks gather everyone's (count, mean, M2), fold them in rank order with
+    ``combine_stats`` and ``merge`` the result, so all ranks hold identical statistics: those
+    of the union of their batches (see ``locomotion.rl.distributed``).
     """
 
     def __init__(self, shape: int | Sequence[int], eps: float = 1e-2, clip: float = 5.0) -> None:
@@ -63,3 +64,26 @@ class EmpiricalNormalizer(nn.Module):
         """Merge the statistics of batch ``x`` unless the normalizer is frozen."""
         if not self.frozen:
             self.merge(*self.batch_stats(x))
+
+
+@torch.no_grad()
+def combine_stats(stats: Sequence[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+    """The (count, mean, M2) of the union of batches given by their own (count, mean, M2).
+
+    Chan's parallel formula, folded left to right: the same inputs in the same order give
+    the same bits on every process.
+    """
+    if not stats:
+        raise ValueError("combine_stats needs at least one (count, mean, M2) triple")
+    count, mean, m2 = stats[0]
+    for count_b, mean_b, m2_b in stats[1:]:
+        total = count + count_b
+        if int(total) == 0:
+            continue
+        n_a = count.to(mean.dtype)
+        weight_b = count_b.to(mean.dtype) / total.to(mean.dtype)
+        delta = mean_b - mean
+        mean = mean + delta * weight_b
+        m2 = m2 + m2_b + delta**2 * n_a * weight_b
+        count = total
+    return count, mean, m2

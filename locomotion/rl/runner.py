@@ -5,6 +5,11 @@ policy), then GAE and the PPO epochs (timed as learn). Truncated episodes are bo
 from the critic's value of their final observation. Checkpoints are atomic and hold
 everything needed to continue the run bit for bit: weights, optimizer, normalizers, the
 env's physics and counters, the reset schedule and every RNG state.
+
+Under torchrun (``locomotion.rl.distributed``) every rank runs this loop on its own envs;
+gradients, the KL and normalizer statistics are averaged across ranks, rank 0 alone logs,
+and checkpoints are collective: rank 0 gathers every rank's env state and RNG states into
+one file, and on resume reads it and hands each rank its share.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.rl.actor_critic import ActorCritic
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from locomotion.rl.distributed import Distributed
 from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
@@ -49,11 +55,18 @@ def policy_from_checkpoint(data: dict) -> ActorCritic:
 
 
 class Runner:
-    """Trains an actor-critic on a ``LocomotionEnv`` with PPO."""
+    """Trains an actor-critic on a ``LocomotionEnv`` with PPO.
 
-    def __init__(self, env: LocomotionEnv, cfg: DictConfig, log_dir: str | Path | None = None):
+    With ``dist`` (one rank of a torchrun group) the env is this rank's, ``cfg`` this rank's
+    config (``Distributed.rank_config``) and ``log_dir`` the run directory all ranks share.
+    """
+
+    def __init__(self, env: LocomotionEnv, cfg: DictConfig, log_dir: str | Path | None = None,
+                 dist: Distributed | None = None):
         self.env = env
         self.cfg = cfg
+        self.dist = dist
+        self.is_main = dist is None or dist.is_main
         algo = cfg.algo
         if cfg.get("torch_threads"):
             # e.g. 1 when other jobs share the cores: oversubscribed OpenMP threads crawl.
@@ -61,7 +74,11 @@ class Runner:
         torch.manual_seed(int(cfg.seed))
         sizes = env.observation_sizes
         self.policy = build_policy(algo.policy, sizes, env.num_actions).to(env.device)
+        if dist is not None:
+            dist.broadcast_module(self.policy)  # every rank starts from rank 0's weights
         self.ppo = PPO(self.policy, PPOConfig(**algo.ppo),
+                       grad_reduce=dist.reduce_gradients if dist else None,
+                       kl_reduce=dist.reduce_mean if dist else None,
                        generator=torch.Generator().manual_seed(int(cfg.seed)))
         self.num_steps = int(algo.num_steps)
         self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
@@ -70,7 +87,8 @@ class Runner:
         self.env_steps = 0
         self.train_wall_s = 0.0
         self.log_dir = Path(log_dir) if log_dir else None
-        self.log = TrainingLog(self.log_dir, cfg.logging) if self.log_dir else None
+        self.log = (TrainingLog(self.log_dir, cfg.logging)
+                    if self.log_dir and self.is_main else None)
         self._started = False
 
     # ------------------------------------------------------------------ checkpoints
@@ -80,7 +98,9 @@ class Runner:
             raise ValueError("this runner has no log_dir to write checkpoints into")
         return self.log_dir / "checkpoints" / "latest.pt"
 
-    def state_dict(self) -> dict:
+    def state_dict(self, shard: dict | None = None) -> dict:
+        """The checkpoint payload; ``shard`` is this rank's env and RNG state if already taken."""
+        shard = shard or self._shard()
         return {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
@@ -90,17 +110,61 @@ class Runner:
             "observation_sizes": self.env.observation_sizes,
             "num_actions": self.env.num_actions,
             "ppo": self.ppo.state_dict(),
-            "env": self.env.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "ppo": self.ppo.generator.get_state()},
+            "env": shard["env"],
+            "rng": shard["rng"],
         }
 
+    def _shard(self) -> dict:
+        """What differs between ranks: the env (physics, counters, its RNG) and our RNGs."""
+        return {"env": self.env.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "ppo": self.ppo.generator.get_state()}}
+
     def save(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint (atomically) to ``path`` or the run's ``latest.pt``."""
-        return save_checkpoint(path or self.checkpoint_path, self.state_dict())
+        """Write a checkpoint (atomically) to ``path`` or the run's ``latest.pt``.
+
+        Distributed: every rank must call this together. Rank 0 gathers each rank's env and
+        RNG state and writes one file holding them all under ``distributed.ranks`` (rank
+        0's also as ``env``/``rng``, so single-process tools read it unchanged).
+        """
+        path = Path(path or self.checkpoint_path)
+        if self.dist is None:
+            return save_checkpoint(path, self.state_dict())
+        shards = self.dist.gather_to_main(self._shard())
+        if self.dist.is_main:
+            payload = self.state_dict(shards[0])
+            payload["distributed"] = {"world_size": self.dist.world_size, "ranks": shards}
+            save_checkpoint(path, payload)
+        return path
 
     def load(self, path: str | Path) -> None:
-        """Continue from a checkpoint of a run with the same robot, task and batch size."""
-        data = load_checkpoint(path)
+        """Continue from a checkpoint of a run with the same robot, task and batch size.
+
+        Distributed: every rank calls this together; rank 0 alone reads ``path`` (other
+        machines need not see it) and sends each rank the learner state and its own env
+        and RNG state. The checkpoint must come from a group of the same size.
+        """
+        if self.dist is None:
+            data = load_checkpoint(path)
+            self._check_checkpoint(data, path)
+            self._restore(data, data["env"], data["rng"])
+            return
+        payloads: list[dict] | None = None
+        error: Exception | None = None
+        if self.dist.is_main:
+            try:
+                payloads = self._rank_payloads(load_checkpoint(path), path)
+            except Exception as e:  # tell the other ranks before raising here
+                error = e
+                payloads = [{"error": f"rank 0 could not resume from {path}: {e}"}
+                            ] * self.dist.world_size
+        mine = self.dist.scatter_from_main(payloads)
+        if error is not None:
+            raise error
+        if "error" in mine:
+            raise CheckpointError(mine["error"])
+        self._restore(mine, mine["env"], mine["rng"])
+
+    def _check_checkpoint(self, data: dict, path: str | Path) -> None:
         if data.get("inference_only"):
             raise CheckpointError(f"{path} holds only a policy (an export); training cannot "
                                   "resume from it: use the run's checkpoints/latest.pt")
@@ -111,14 +175,31 @@ class Runner:
                 f"checkpoint {path} is for robot/observations/actions {theirs}; "
                 f"this run has {mine}"
             )
+
+    def _rank_payloads(self, data: dict, path: str | Path) -> list[dict]:
+        """Split a loaded checkpoint into what each rank of this group restores."""
+        self._check_checkpoint(data, path)
+        ranks = data.get("distributed", {}).get("ranks") or [{"env": data["env"],
+                                                                "rng": data["rng"]}]
+        if len(ranks) != self.dist.world_size:
+            raise CheckpointError(
+                f"checkpoint {path} was written by {len(ranks)} process(es); this run has "
+                f"{self.dist.world_size}: resume with the same number of processes "
+                "(--nnodes x --nproc_per_node), each rank continues its own envs")
+        common = {k: data[k] for k in ("ppo", "iteration", "env_steps", "train_wall_s")}
+        return [{**common, **shard} for shard in ranks]
+
+    def _restore(self, data: dict, env_state: dict, rng: dict) -> None:
         self.ppo.load_state_dict(data["ppo"])
-        self.env.load_state_dict(data["env"])
-        torch.set_rng_state(data["rng"]["torch"])
-        self.ppo.generator.set_state(data["rng"]["ppo"])
+        self.env.load_state_dict(env_state)
+        torch.set_rng_state(rng["torch"])
+        self.ppo.generator.set_state(rng["ppo"])
         self.iteration = data["iteration"]
         self.env_steps = data["env_steps"]
         self.train_wall_s = data["train_wall_s"]
         self._started = True
+        if self.log is not None:
+            self.log.rewind(self.iteration, self.env_steps)
 
     # ------------------------------------------------------------------ training
     def start(self) -> None:
@@ -132,11 +213,15 @@ class Runner:
 
         Ctrl-C (or SIGTERM) stops after writing a checkpoint, then re-raises.
         ``should_stop(runner, stats)`` may end training early (e.g. once a goal is met).
+        Distributed, the exit checkpoint is written only when training ends normally (a
+        checkpoint is collective and a failing group may have lost a rank): an interrupted
+        or failed group loses at most ``logging.save_interval`` iterations.
         """
         if not self._started:
             self.start()
         save_every = int(self.cfg.logging.save_interval)
         target = self.iteration + num_iterations
+        finished = False
         with _sigterm_as_interrupt(), self._progress(num_iterations) as progress:
             try:
                 while self.iteration < target:
@@ -146,8 +231,9 @@ class Runner:
                         self.save()
                     if should_stop is not None and should_stop(self, stats):
                         break
+                finished = True
             finally:
-                if self.log_dir:
+                if self.log_dir and (self.dist is None or finished):
                     self.save()
 
     def train_iteration(self) -> dict:
@@ -159,15 +245,29 @@ class Runner:
         losses = self.ppo.update(self.storage)
         # Normalizers move between iterations only, so the policy that collected a batch is
         # exactly the one PPO's ratios and KL compare against.
-        self.policy.update_normalizers(self.storage.obs, self.storage.critic_obs)
+        if self.dist is None:
+            self.policy.update_normalizers(self.storage.obs, self.storage.critic_obs)
+        else:
+            self.dist.update_normalizers(self.policy, self.storage.obs, self.storage.critic_obs)
         self.storage.clear()
         timing["learn"] = time.perf_counter() - t0
+        steps = self.num_steps * self.env.num_envs
+        histogram, uniformity = self.env.phase.pop()
+        diverged = self.env.diverged_count
+        comm = {}
+        if self.dist is not None:  # the group's statistics, identical on every rank
+            comm = {"comm_s": self.dist.pop_comm_time()}
+            group = self.dist.reduce_statistics({
+                "losses": losses, "episodes": episodes, "histogram": histogram,
+                "steps": steps, "diverged": diverged})
+            losses = {**losses, **group["losses"]}
+            episodes, histogram, uniformity = (group["episodes"], group["histogram"],
+                                               group["uniformity"])
+            steps, diverged = group["steps"], group["diverged"]
         wall = time.perf_counter() - start
         self.train_wall_s += wall
         self.iteration += 1
-        steps = self.num_steps * self.env.num_envs
         self.env_steps += steps
-        histogram, uniformity = self.env.phase.pop()
         stats = {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
@@ -178,7 +278,8 @@ class Runner:
             "episodes": episodes,
             "phase_histogram": histogram,
             "phase_uniformity": uniformity,
-            "diverged": self.env.diverged_count,
+            "diverged": diverged,
+            **comm,
         }
         if self.log is not None:
             self.log.write(stats)
@@ -216,9 +317,11 @@ class Runner:
 
     @contextlib.contextmanager
     def _progress(self, total: int):
-        """A progress bar with ETA on a terminal; plain log lines otherwise."""
+        """A progress bar with ETA on a terminal; plain log lines otherwise; rank 0 only."""
         every = int(self.cfg.logging.print_interval)
-        if sys.stdout.isatty():
+        if not self.is_main:
+            yield lambda stats: None
+        elif sys.stdout.isatty():
             from tqdm import tqdm
 
             bar = tqdm(total=total, unit="it", dynamic_ncols=True)
@@ -239,6 +342,35 @@ class Runner:
             yield show
 
 
+def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None = None,
+                 resume_latest: bool = False) -> Runner:
+    """What ``scripts/train.py`` does: build env and runner, resume, train to max_iterations.
+
+    The run continues from ``run_dir/checkpoints/latest.pt`` when ``resume_latest`` is set
+    and that file exists (a restarted run), else from ``cfg.resume`` if given. Distributed:
+    every rank calls this with the run config and the same ``run_dir``; rank 0 decides
+    what to resume from and prints.
+    """
+    if dist is not None:
+        cfg = dist.rank_config(cfg)
+    env = LocomotionEnv(cfg)
+    try:
+        runner = Runner(env, cfg, log_dir=run_dir, dist=dist)
+        resume = cfg.resume
+        if resume_latest and runner.checkpoint_path.is_file():
+            resume = str(runner.checkpoint_path)
+        if dist is not None:
+            resume = dist.broadcast_object(resume)
+        if resume:
+            runner.load(resume)
+            if runner.is_main:
+                print(f"resumed from {resume} at iteration {runner.iteration}", flush=True)
+        runner.learn(max(int(cfg.max_iterations) - runner.iteration, 0))
+    finally:
+        env.close()
+    return runner
+
+
 def summary_line(stats: dict, short: bool = False) -> str:
     """One human-readable line of an iteration's statistics."""
     ep = stats["episodes"]
@@ -252,6 +384,7 @@ def summary_line(stats: dict, short: bool = False) -> str:
     return (f"it {stats['iteration']:5d} steps {stats['env_steps']:>10d} "
             f"wall {stats['wall_s']:7.1f}s " + " ".join(parts)
             + f" | sim {t['sim']:.2f}s policy {t['policy']:.2f}s learn {t['learn']:.2f}s"
+            + (f" (comm {stats['comm_s']:.2f}s)" if "comm_s" in stats else "")
             + f" | lr {stats['losses']['learning_rate']:.1e}"
             + f" std {stats['losses']['action_std']:.2f}"
             + f" phase-unif {stats['phase_uniformity']:.2f}")

@@ -14,12 +14,30 @@ class TrainingLog:
 
     def __init__(self, log_dir: Path, cfg: DictConfig):
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir
         self.jsonl = (log_dir / "progress.jsonl").open("a")
         self.writer = None
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(log_dir / "tensorboard"))
+
+    def rewind(self, iteration: int, env_steps: int) -> None:
+        """Forget what was logged after a checkpoint a run continues from (a restarted run
+        redoes those iterations), so curves hold each iteration once.
+        """
+        path = self.log_dir / "progress.jsonl"
+        self.jsonl.close()
+        rows = [line for line in path.read_text().splitlines(keepends=True)
+                if _iteration(line) <= iteration]
+        path.write_text("".join(rows))
+        self.jsonl = path.open("a")
+        if self.writer is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer.close()
+            self.writer = SummaryWriter(log_dir=str(self.log_dir / "tensorboard"),
+                                        purge_step=env_steps + 1)
 
     def write(self, stats: dict) -> None:
         step = stats["env_steps"]
@@ -35,6 +53,8 @@ class TrainingLog:
             **{f"Loss/{k}": v for k, v in stats["losses"].items()},
             **{f"Episode/{k}": v for k, v in stats["episodes"].items()},
         }
+        if "comm_s" in stats:  # distributed: learner collectives (part of time_learn)
+            scalars["Perf/time_comm"] = stats["comm_s"]
         if self.writer is not None:
             for k, v in scalars.items():
                 self.writer.add_scalar(k, v, step)
@@ -55,3 +75,11 @@ class TrainingLog:
         self.jsonl.close()
         if self.writer is not None:
             self.writer.close()
+
+
+def _iteration(line: str) -> float:
+    """The iteration of a progress.jsonl row; infinity for a torn or foreign line."""
+    try:
+        return json.loads(line)["iteration"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
