@@ -1,4 +1,9 @@
-"""Policy evaluation: episode metrics now; robustness sweeps and reports build on them."""
+"""Policy evaluation: episode metrics (play) and robustness sweeps with reports.
+
+``scripts/evaluate.py`` runs a suite (configs/eval) through ``robustness.evaluate``:
+``suite`` plans conditions and batches, ``rollouts`` runs them, ``metrics`` summarizes,
+``report`` and ``plots`` write report.json, report.md and figures.
+"""
 
 from locomotion.evaluation.episodes import evaluate_episodes, walks
 

@@ -1,0 +1,283 @@
+"""Run the conditions of one batch side by side: levels on env slots, first episodes only.
+
+Condition c owns env slots [c E, (c + 1) E). All episodes start together (sync reset) and
+last the same time; an env's first episode is the only one counted (autoreset restarts it
+at once, and what it does afterwards is ignored). Slot k of every condition gets the same
+command and push direction (common random numbers), so level-to-level differences are not
+drowned by differences in what was asked. When conditions x episodes exceed the batch
+size the batch runs again in rounds, each with fresh spawn states, commands and pushes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from locomotion.config import config_group, replay_config
+from locomotion.envs.vec_env import LocomotionEnv
+from locomotion.evaluation.metrics import Episodes
+from locomotion.evaluation.policies import Policy
+from locomotion.evaluation.suite import Batch, Condition, Suite, SuiteError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """How a batch's conditions fill env slots: E episodes per condition per round."""
+
+    conditions: int
+    per_round: int
+    rounds: int
+
+    @classmethod
+    def fit(cls, conditions: int, episodes: int, max_envs: int) -> BatchShape:
+        per_round_max = max(1, max_envs // conditions)
+        rounds = math.ceil(episodes / per_round_max)
+        return cls(conditions, math.ceil(episodes / rounds), rounds)
+
+    @property
+    def num_envs(self) -> int:
+        return self.conditions * self.per_round
+
+    @property
+    def episodes(self) -> int:
+        return self.per_round * self.rounds
+
+
+def batch_config(policy: Policy, batch: Batch, suite: Suite, num_envs: int, seed: int,
+                 sim: DictConfig, device: str) -> DictConfig:
+    """The policy's training env with this batch's model, nominal apart from manual events."""
+    cfg = replay_config(policy.train_config, num_envs, seed, solver=batch.solver)
+    cfg.sim = sim
+    cfg.device = device
+    task = cfg.task
+    task.episode_length_s = float(suite.cfg.episode_length_s)
+    task.commands.resample_time_s = float(suite.cfg.episode_length_s) + 1.0  # never resampled
+    if batch.terrain:
+        terrain = config_group("terrain", str(suite.cfg.terrain))
+        terrain.curriculum.enabled = False  # each env stays on the level it is given
+        cfg.terrain = terrain
+    else:
+        cfg.terrain = config_group("terrain", "flat")
+    cfg.randomization = randomization_config(batch, suite, float(task.control_dt))
+    return cfg
+
+
+def randomization_config(batch: Batch, suite: Suite, control_dt: float) -> DictConfig:
+    """Manual events for the axes this batch moves (their values are set per slot later);
+    observation noise at the preset's amplitudes when the noise axis is in the batch."""
+    levels: dict[str, list] = {}
+    for c in batch.conditions:
+        for axis, value in c:
+            levels.setdefault(axis, []).append(value)
+    events: dict[str, dict] = {}
+    if "friction" in levels:
+        events["friction"] = {"mode": "manual", "friction": [min(levels["friction"]),
+                                                             max(levels["friction"])]}
+    if "payload" in levels:
+        events["payload"] = {"mode": "manual", "mass": {"add": [0.0, max(levels["payload"])]}}
+    if "strength" in levels:
+        events["actuator"] = {"mode": "manual", "strength": {
+            "scale": [min(levels["strength"]), max(levels["strength"])]}}
+    if "latency" in levels:
+        events["latency"] = {"mode": "manual", "steps": [
+            0, max(latency_steps(v, control_dt) for v in levels["latency"])]}
+    if "push" in levels:
+        top = max(levels["push"])
+        events["push"] = {"mode": "manual", "velocity": [-top, top]}
+    noise = {}
+    if "noise" in levels:
+        preset = config_group("randomization", str(suite.cfg.noise_preset))
+        noise = OmegaConf.to_container(preset.observation_noise)
+        if not noise:
+            raise SuiteError(f"noise preset {suite.cfg.noise_preset!r} has no observation_noise")
+    return OmegaConf.create({"name": "evaluation", "events": events, "observation_noise": noise})
+
+
+def latency_steps(ms: float, control_dt: float) -> int:
+    """A latency level (ms) in whole control steps; other values are an error."""
+    steps = ms / 1000.0 / control_dt
+    if abs(steps - round(steps)) > 1e-6:
+        raise SuiteError(f"latency {ms} ms is not a whole number of {control_dt * 1000:g} ms "
+                         "control steps")
+    return round(steps)
+
+
+class BatchRunner:
+    """One env batch holding a set of conditions; ``run()`` returns their episodes."""
+
+    def __init__(self, policy: Policy, batch: Batch, suite: Suite, seed: int, sim: DictConfig,
+                 device: str, progress: Callable[[str], None] | None = None):
+        cfg = suite.cfg
+        self.shape = BatchShape.fit(len(batch.conditions), int(cfg.episodes_per_level),
+                                    int(cfg.max_envs))
+        self.batch, self.suite, self.seed = batch, suite, seed
+        self.progress = progress or log.info
+        env_cfg = batch_config(policy, batch, suite, self.shape.num_envs, seed, sim, device)
+        self.env = env = LocomotionEnv(env_cfg)
+        if env.observation_sizes["policy"] != policy.observation_size:
+            raise SuiteError(
+                f"policy {policy.label!r} takes {policy.observation_size} observations but its "
+                f"replay env makes {env.observation_sizes['policy']}")
+        self.policy = policy.to(env.device)
+        self.dt = env.control_dt
+        self.push_step = round(float(cfg.push.time_s) / self.dt)
+        rec = cfg.recovery
+        self.recovery = (float(rec.lin_vel_error), float(rec.max_tilt),
+                         max(1, round(float(rec.hold_s) / self.dt)))
+        self._assign()
+
+    # ------------------------------------------------------------------ slots
+    def _slots(self, index: int) -> torch.Tensor:
+        e = self.shape.per_round
+        return torch.arange(index * e, (index + 1) * e)
+
+    def _assign(self) -> None:
+        """Put every condition's levels on its slots (events persist through resets)."""
+        env, n, dev = self.env, self.shape.num_envs, self.env.device
+        r = env.randomizer
+        self.push_speed = torch.zeros(n, device=dev)
+        self.forward = torch.full((n,), math.nan, device=dev)  # nan: sampled command
+        self.payload = torch.zeros(n, dtype=torch.float64)
+        r.noise_scale.zero_()
+        for i, cond in enumerate(self.batch.conditions):
+            ids = self._slots(i)
+            k = len(ids)
+            for axis, v in cond:
+                if axis == "friction":
+                    r.set("friction", ids, friction=torch.full((k, 1), v))
+                elif axis == "payload":
+                    r.set("payload", ids, mass=torch.full((k, 1), v))
+                    self.payload[ids] = v
+                elif axis == "strength":
+                    r.set("actuator", ids, strength=torch.full((k, 1), v))
+                elif axis == "latency":
+                    r.set("latency", ids, steps=torch.full((k,), latency_steps(v, self.dt)))
+                elif axis == "noise":
+                    r.noise_scale[ids.to(dev)] = v
+                elif axis == "push":
+                    self.push_speed[ids.to(dev)] = v
+                elif axis == "command":
+                    self.forward[ids.to(dev)] = v
+                elif axis == "terrain":
+                    self._place_on_terrain(ids, int(v))
+                elif axis != "solver":  # solver: the batch's compiled model
+                    raise SuiteError(f"no slot assignment for axis {axis!r}")
+        self.push_ids = (self.push_speed > 0).nonzero().squeeze(1).cpu()
+        self.mass = float(env.model.body_mass.sum()) + self.payload
+
+    def _place_on_terrain(self, ids: torch.Tensor, level: int) -> None:
+        """Spawn ``ids`` on grid row ``level``, spread over the terrain types (columns)."""
+        cur = self.env.curriculum
+        if cur is None:
+            raise SuiteError("terrain levels need a terrain grid; the batch has none")
+        if not 0 <= level < cur.terrain.levels:
+            raise SuiteError(f"terrain level {level} is outside the grid's levels "
+                             f"0..{cur.terrain.levels - 1}")
+        dev_ids = ids.to(cur.levels.device)
+        cur.levels[dev_ids] = level
+        cur.columns[dev_ids] = torch.arange(len(ids), device=cur.levels.device) \
+            % cur.terrain.num_columns
+
+    # ------------------------------------------------------------------ rounds
+    def run(self) -> dict[Condition, Episodes]:
+        """Every round of the batch; the episodes of each condition, rounds concatenated."""
+        gen = torch.Generator().manual_seed(self.seed)  # commands and push directions
+        parts: dict[Condition, list[Episodes]] = {c: [] for c in self.batch.conditions}
+        s = self.shape
+        for rnd in range(s.rounds):
+            start = time.perf_counter()
+            out = self._round(gen)
+            for i, c in enumerate(self.batch.conditions):
+                ids = self._slots(i)
+                parts[c].append(Episodes(**{k: v[ids] for k, v in out.items()}))
+            self.progress(f"  batch solver={self.batch.solver}"
+                          f"{' terrain' if self.batch.terrain else ''}: round {rnd + 1}/"
+                          f"{s.rounds} ({s.conditions} conditions x {s.per_round} episodes = "
+                          f"{s.num_envs} envs) in {time.perf_counter() - start:.1f} s")
+        return {c: Episodes.cat(p) for c, p in parts.items()}
+
+    def _commands(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-slot commands [N, 3] and push directions [N, 2], shared by slot index."""
+        c, e = self.suite.cfg.commands, self.shape.per_round
+        cols = [float(lo) + (float(hi) - float(lo)) * torch.rand(e, generator=gen)
+                for lo, hi in (c.lin_vel_x, c.lin_vel_y, c.ang_vel_yaw)]
+        angle = 2 * math.pi * torch.rand(e, generator=gen)
+        direction = torch.stack((angle.cos(), angle.sin()), dim=1)
+        reps = self.shape.conditions
+        dev = self.env.device
+        cmd = torch.stack(cols, dim=1).repeat(reps, 1).to(dev)
+        fixed = ~torch.isnan(self.forward)
+        cmd[fixed] = 0.0
+        cmd[fixed, 0] = self.forward[fixed]
+        return cmd, direction.repeat(reps, 1).to(dev)
+
+    @torch.inference_mode()
+    def _round(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        env, n, dev, dt = self.env, self.shape.num_envs, self.env.device, self.dt
+        cmd, direction = self._commands(gen)
+        env.reset()
+        env.task.commands.copy_(cmd)
+        obs = self._observe_all()
+        push_velocity = (self.push_speed[:, None] * direction)[self.push_ids.to(dev)]
+        err_max, tilt_max, hold = self.recovery
+
+        f32 = {"device": dev, "dtype": torch.float32}
+        alive = torch.ones(n, dtype=torch.bool, device=dev)
+        recorded = torch.zeros(n, dtype=torch.bool, device=dev)
+        out = {k: torch.zeros(n, **f32) for k in ("lin_vel_error", "yaw_error", "distance")}
+        survived = torch.zeros(n, dtype=torch.bool, device=dev)
+        energy = torch.zeros(n, **f32)
+        recovery = torch.full((n,), math.nan, **f32)
+        streak = torch.zeros(n, dtype=torch.long, device=dev)
+        pushed = self.push_speed > 0
+        for t in range(1, env.max_episode_length + 1):
+            obs, _, terminated, truncated, info = env.step(self.policy.act(obs["policy"]))
+            done = terminated | truncated
+            if "episode" in info:
+                ids = done.nonzero().squeeze(1)
+                first = ~recorded[ids]
+                ep, fid = info["episode"], ids[first]
+                survived[fid] = ep["timeout"][first] > 0
+                for k in out:
+                    out[k][fid] = ep[k][first]
+                recorded[ids] = True
+            alive &= ~done
+            w = env.task.world(env.sim)
+            power = (w.torques * w.joint_vel).abs().sum(1)
+            energy += torch.where(alive, power * dt, 0.0)
+            if t == self.push_step and len(self.push_ids):
+                env.randomizer.set("push", self.push_ids, velocity=push_velocity.cpu())
+            if t > self.push_step:
+                lin_err = (env.task.commands[:, :2] - w.base_lin_vel[:, :2]).norm(dim=1)
+                tilt = torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
+                ok = alive & pushed & (lin_err < err_max) & (tilt < tilt_max)
+                streak = torch.where(ok, streak + 1, 0)
+                newly = (streak == hold) & torch.isnan(recovery)
+                recovery = torch.where(newly, (t - hold + 1 - self.push_step) * dt, recovery)
+        if not bool(recorded.all()):
+            raise RuntimeError("some envs did not finish their first episode in time")
+        mass = self.mass.to(torch.float32)
+        return {"survived": survived.cpu(), **{k: v.cpu() for k, v in out.items()},
+                "energy": energy.cpu(), "mass": mass, "pushed": pushed.cpu(),
+                "recovery": recovery.cpu()}
+
+    def _observe_all(self) -> dict[str, torch.Tensor]:
+        """Observations of the reset state again, now that commands were overwritten."""
+        env = self.env
+        ids = torch.arange(self.shape.num_envs, device=env.device)
+        world = env.task.world(env.sim, ids)
+        obs = env.randomizer.observe(env.task.observations(world, env.actions, ids), ids)
+        for k, v in obs.items():
+            env.obs[k].copy_(v)
+        return {k: v.clone() for k, v in obs.items()}
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,161 @@
+"""Tests for the robustness evaluator: statistics, suites, policy loading, reproducibility."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from locomotion.config import CONFIG_DIR, config_group, load_config, replay_config
+from locomotion.envs import LocomotionEnv
+from locomotion.evaluation.metrics import robustness_margin, wilson_interval
+from locomotion.evaluation.policies import Policy, PolicyLoadError, load_policies, load_policy
+from locomotion.evaluation.report import markdown
+from locomotion.evaluation.robustness import evaluate
+from locomotion.evaluation.suite import Suite, SuiteError
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAINED = ROOT / "robots" / "go1" / "pretrained"
+NATIVE = config_group("sim", "native")
+
+
+def tiny_suite(sweeps: dict, grids: dict | None = None, **settings) -> Suite:
+    """The default suite's settings with short episodes, few slots and the given axes."""
+    cfg = OmegaConf.load(CONFIG_DIR / "eval" / "default.yaml")
+    cfg.merge_with({"episodes_per_level": 16, "episode_length_s": 2.0, "push": {"time_s": 0.5},
+                    **settings})
+    cfg.sweeps = sweeps
+    cfg.grids = grids or {}
+    return Suite(cfg)
+
+
+@pytest.fixture(scope="module")
+def standing() -> Policy:
+    """Zero actions: the robot holds its default pose (stands) and never steps."""
+    return Policy("stand", "scripted", "scripted", "", 48, 12, load_config("env"),
+                  lambda obs: torch.zeros(obs.shape[0], 12, device=obs.device))
+
+
+# ---------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("k, n, low, high", [
+    (0, 10, 0.0, 0.2775),      # z^2/n / (1 + z^2/n) with z = 1.96
+    (10, 10, 0.7225, 1.0),
+    (5, 10, 0.2366, 0.7634),   # 0.5 -+ 1.96/1.3841 * sqrt(0.025 + 0.0096)
+    (90, 100, 0.8256, 0.9448),
+])
+def test_wilson_interval_matches_hand_computed_values(k, n, low, high):
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(low, abs=1e-4) and hi == pytest.approx(high, abs=1e-4)
+
+
+def test_margin_walks_from_nominal_in_the_harder_direction():
+    levels = [0.0, 1.0, 2.0, 3.0]
+    up = robustness_margin(levels, [1.0, 0.95, 0.5, 0.95], 0.0, "up", 0.9)
+    assert up["value"] == 1.0 and not up["beyond"]  # stops at the first failure
+    assert robustness_margin(levels, [1.0] * 4, 0.0, "up", 0.9)["beyond"]
+    assert robustness_margin(levels, [0.5, 1.0, 1.0, 1.0], 0.0, "up", 0.9)["value"] is None
+    both = robustness_margin([0.2, 0.5, 1.0, 1.5], [0.3, 0.95, 1.0, 0.92], 1.0, "both", 0.9)
+    assert (both["low"], both["high"], both["high_beyond"]) == (0.5, 1.5, True)
+    down = robustness_margin([0.5, 0.8, 1.0], [0.2, 0.9, 1.0], 1.0, "down", 0.9)
+    assert down["value"] == 0.8
+    no_nominal = robustness_margin([0.5, 1.0, 1.5], [1.0, 0.95, 0.4], None, "up", 0.9)
+    assert no_nominal["value"] == 1.0  # from the easy end
+
+
+# ---------------------------------------------------------------------- errors
+def test_unknown_axis_is_a_clear_error():
+    with pytest.raises(SuiteError, match=r"unknown axis \['gravity'\].*valid axes: push"):
+        tiny_suite({"gravity": [1.0, 2.0]})
+    with pytest.raises(SuiteError, match=r"unknown axis \['wind'\].*friction"):
+        Suite(tiny_suite({"push": [0.0]}).cfg, only=["wind"])
+    with pytest.raises(SuiteError, match="unknown solver profiles"):
+        tiny_suite({"solver": ["fast", "accurate"]})
+
+
+@pytest.mark.parametrize("name, content, match", [
+    ("notes.txt", b"hello", "not a policy"),
+    ("weights.pt", None, "not a policy"),
+    ("policy.onnx", b"\x00\x01", "no sidecar policy.json"),
+])
+def test_non_policy_file_is_a_clear_error(tmp_path, name, content, match):
+    path = tmp_path / name
+    if content is None:
+        torch.save({"weights": torch.zeros(3)}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(PolicyLoadError, match=match) as err:
+        load_policy(path)
+    assert name in str(err.value) and "expected" in str(err.value).lower()
+    with pytest.raises(PolicyLoadError, match="does not exist"):
+        load_policy(tmp_path / "missing.pt")
+
+
+# ---------------------------------------------------------------------- policies
+def test_checkpoint_and_onnx_export_act_the_same():
+    ckpt, onnx = load_policies([str(PRETRAINED / "checkpoint.pt"),
+                                str(PRETRAINED / "policy.onnx")])
+    assert (ckpt.label, onnx.label) == ("pretrained (checkpoint)", "pretrained (onnx)")
+    env = LocomotionEnv(replay_config(ckpt.train_config, 32, 0))
+    try:
+        frames = [env.reset()["policy"]]
+        for _ in range(10):  # realistic observations: the policy's own walk
+            obs, *_ = env.step(ckpt.act(frames[-1]))
+            frames.append(obs["policy"])
+    finally:
+        env.close()
+    obs = torch.cat(frames)
+    assert torch.allclose(ckpt.act(obs), onnx.act(obs), atol=1e-5)
+    # the env rebuilt from the sidecar is the checkpoint's env (same observation layout)
+    assert onnx.train_config.task.observations.policy == ckpt.train_config.task.observations.policy
+
+
+# ---------------------------------------------------------------------- runs
+def test_standing_policy_survives_no_push_and_falls_under_a_large_one(standing):
+    suite = tiny_suite({"push": [0.0, 4.0]})
+    report, _ = evaluate([standing], suite, seed=0, sim=NATIVE)
+    rows = report["sweeps"]["push"]["policies"]["stand"]["levels"]
+    assert rows[0]["survival"] == 1.0 and rows[0]["episodes"] == 16
+    assert rows[1]["survival"] <= 0.2
+    margin = report["sweeps"]["push"]["policies"]["stand"]["margin"]
+    assert margin["value"] == 0.0 and not margin["beyond"]
+    assert rows[0]["recovered"] is None  # nothing pushed at 0 m/s
+
+
+def test_same_seed_gives_identical_report(standing, tmp_path):
+    """Every event kind in one batch (two rounds), run twice: byte-identical report.json."""
+    suite = tiny_suite({"friction": [0.3, 1.0], "payload": [3.0], "strength": [0.7],
+                        "latency": [40.0], "noise": [2.0], "command": [0.5]},
+                       {"pf": {"push": [0.0, 2.0], "friction": [0.5, 1.0]}},
+                       episodes_per_level=6, max_envs=30, episode_length_s=1.0)
+    texts = []
+    for _ in range(2):
+        report, _ = evaluate([standing], suite, seed=3, sim=NATIVE)
+        texts.append(json.dumps(report, indent=1))
+    assert texts[0] == texts[1]
+    report = json.loads(texts[0])
+    assert report["sweeps"]["friction"]["policies"]["stand"]["levels"][0]["episodes"] == 6
+    assert "stand" in markdown(report)
+    other, _ = evaluate([standing], suite, seed=4, sim=NATIVE)
+    assert json.dumps(other, indent=1) != texts[0]
+
+
+def test_command_line_writes_report_and_figures(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "eval"
+    cmd = [sys.executable, str(ROOT / "scripts" / "evaluate.py"),
+           f"policy=[{PRETRAINED / 'checkpoint.pt'},{PRETRAINED / 'policy.onnx'}]",
+           "labels=[torch,onnx]", "suite=default", "axes=[push]", "episodes_per_level=4",
+           "suite.episode_length_s=1.0", "suite.push.time_s=0.5", f"out={out}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [p["label"] for p in report["policies"]] == ["torch", "onnx"]
+    assert str(ROOT) not in (out / "report.json").read_text()  # no machine paths
+    assert (out / "sweep_push.png").stat().st_size > 0
+    assert "## push speed (m/s)" in (out / "report.md").read_text()
+    bad = subprocess.run([*cmd[:2], f"policy={PRETRAINED / 'policy.json'}", f"out={out}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "policy.json is not a policy" in bad.stderr
