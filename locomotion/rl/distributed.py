@@ -103,6 +103,19 @@ def _attempt_store(timeout: timedelta | None) -> dist.Store:
     return dist.PrefixStore(f"locomotion_attempt_{attempt}", store) if attempt else store
 
 
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor inside dicts, lists and tuples moved to the CPU, so another
+    rank can unpickle it without touching this rank's GPU.
+    """
+    if isinstance(obj, Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
 def merge_rank_statistics(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One iteration's statistics for the whole group from every rank's own.
 

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.rl.actor_critic import ActorCritic
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from locomotion.rl.distributed import Distributed
+from locomotion.rl.distributed import Distributed, to_cpu
 from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
@@ -129,7 +129,7 @@ class Runner:
         path = Path(path or self.checkpoint_path)
         if self.dist is None:
             return save_checkpoint(path, self.state_dict())
-        shards = self.dist.gather_to_main(self._shard())
+        shards = self.dist.gather_to_main(to_cpu(self._shard()))
         if self.dist.is_main:
             payload = self.state_dict(shards[0])
             payload["distributed"] = {"world_size": self.dist.world_size, "ranks": shards}
