@@ -610,7 +610,9 @@ class Randomizer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore draws and timers, and set every randomized model field on the backend."""
         self.table.fields = {k: v.clone() for k, v in state["fields"].items()}
+        self.table.commit(self.sim, torch.arange(self.num_envs), tuple(self.table.fields))
         for k in ("joint_bias", "delay", "force_left", "noise_scale"):
             getattr(self, k).copy_(state[k])
         for k, v in state["timers"].items():

@@ -170,11 +170,11 @@ class NativeBackend:
             getattr(self.models[i], field)[:] = vals[row]
 
     def state_dict(self) -> dict:
-        """Physics state of every world and the model fields that differ per world."""
+        """Physics state of every world. Per-world model fields are not included: whoever
+        set them (the env's randomizer) keeps them and sets them again on load, so a
+        checkpoint never holds N copies of the model."""
         return {"state": self._state.copy(), "sensordata": self._sensor.copy(),
-                "xfrc": self._xfrc.copy(),
-                "own_model": self._own_model.copy(),
-                "models": {int(i): self.models[i] for i in np.flatnonzero(self._own_model)}}
+                "xfrc": self._xfrc.copy()}
 
     def load_state_dict(self, state: dict) -> None:
         if state["state"].shape != self._state.shape:
@@ -186,10 +186,6 @@ class NativeBackend:
         self._xfrc[:] = state["xfrc"]
         if self._xfrc.any():
             self._take_wrenches()
-        self._own_model[:] = state["own_model"]
-        self.models = [self.model] * self.num_envs
-        for i, m in state["models"].items():
-            self.models[i] = m
 
     def close(self) -> None:
         self._pool.close()

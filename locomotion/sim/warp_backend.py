@@ -247,13 +247,13 @@ class WarpBackend:
     _STATE = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "xfrc_applied")
 
     def state_dict(self) -> dict:
-        """Physics state of every world and the model fields that differ per world (CPU)."""
+        """Physics state of every world (CPU). Per-world model fields are set again on load
+        by whoever set them (the env's randomizer), as on the native backend."""
         def copy(t: torch.Tensor) -> torch.Tensor:
             return t.to("cpu", copy=True)
 
         return {"state": {k: copy(self._t[k]) for k in self._STATE},
-                "sensordata": copy(self._sub_t),
-                "params": {k: copy(v) for k, v in self._params.items()}}
+                "sensordata": copy(self._sub_t)}
 
     def load_state_dict(self, state: dict) -> None:
         if state["state"]["qpos"].shape != self.qpos.shape:
@@ -265,8 +265,6 @@ class WarpBackend:
         if sens.shape[1] != self._sub.shape[0]:
             self._set_substeps(sens.shape[1])
         self._sub_t.copy_(sens)
-        for k, v in state["params"].items():
-            self._param(k).copy_(v)
 
     def close(self) -> None:
         self._graph = None
