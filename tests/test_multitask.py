@@ -107,3 +107,30 @@ def test_subtask_observation_needs_subtasks():
     cfg = load_config("env", ["num_envs=4", "+task.observations.policy.subtask=1.0"])
     with pytest.raises(ValueError, match="needs subtasks"):
         LocomotionEnv(cfg)
+
+
+def test_multitask_training_logs_allocation_and_resumes_exactly(tmp_path):
+    from locomotion.rl.runner import Runner
+
+    small = [*SMALL, "num_envs=16", "algo.num_steps=8", "multitask.every=2",
+             "algo.policy.actor_hidden_dims=[32,32]", "algo.policy.critic_hidden_dims=[32,32]",
+             "logging.tensorboard=false", "logging.save_interval=2", "reset=staggered"]
+
+    def runner(name):
+        cfg = load_config("train", small)
+        return Runner(LocomotionEnv(cfg), cfg, log_dir=tmp_path / name)
+
+    straight = runner("a")
+    straight.learn(4)
+    first = runner("b")
+    first.learn(2)
+    resumed = runner("c")
+    resumed.load(first.checkpoint_path)
+    resumed.learn(2)
+    params = [torch.cat([p.flatten() for p in r.policy.parameters()]) for r in (straight, resumed)]
+    assert torch.equal(*params)
+    assert torch.equal(straight.scheduler.scheduler.allocation,
+                       resumed.scheduler.scheduler.allocation)
+    assert torch.equal(straight.env.multitask.slots.target, resumed.env.multitask.slots.target)
+    rows = (tmp_path / "a" / "progress.jsonl").read_text().splitlines()
+    assert "multitask/share/trot" in rows[1] and "multitask/share/trot" not in rows[0]

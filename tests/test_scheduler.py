@@ -81,3 +81,9 @@ def test_invalid_scheduler_config_is_a_clear_error():
         SchedulerConfig(allocation="greedy")
     with pytest.raises(ValueError, match="cannot give 4 subtasks"):
         Scheduler(NAMES, 6, SchedulerConfig(floor=0.5))
+
+
+def test_no_signal_yet_means_even_shares():
+    s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
+    s.update(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([5, 5, 0, 0]))
+    assert s.allocate().tolist() == [25, 25, 25, 25]

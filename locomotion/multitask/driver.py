@@ -11,6 +11,7 @@ fewer. Per-subtask step cost is estimated from the ranks' measured rollout times
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 
 import torch
@@ -18,8 +19,10 @@ import torch.distributed as dist
 
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
 
+log = logging.getLogger(__name__)
+
 _COST_WINDOW = 20  # iterations of (slot mix, rollout time) kept for the cost estimate
-_COST_RIDGE = 1e-2  # pull toward equal costs where the mixes cannot tell subtasks apart
+_COST_RIDGE = 1.0  # pull toward equal costs unless the ranks' mixes clearly tell them apart
 
 
 class SchedulerDriver:
@@ -72,14 +75,20 @@ class SchedulerDriver:
         out["multitask/rollout_s_max_over_min"] = float(rollout.max() / rollout.min().clamp(
             min=1e-9))
         if (iteration + 1) % self.cfg.every == 0:
-            self.cost = self._estimate_cost()
+            if self.world > 1:  # one rank: nothing to balance
+                self.cost = self._estimate_cost()
             total = self.scheduler.allocate()
             per_rank = split_across_ranks(total, self.cost, self.world, self.env.num_envs)
             self.subtasks.slots.retarget(per_rank[self.rank])
             for n, c, p in zip(self.names, total, self.scheduler.progress, strict=True):
                 out[f"multitask/share/{n}"] = float(c) / float(total.sum())
                 out[f"multitask/progress/{n}"] = float(p)
-                out[f"multitask/cost/{n}"] = float(self.cost[self.names.index(n)])
+                if self.world > 1:
+                    out[f"multitask/cost/{n}"] = float(self.cost[self.names.index(n)])
+            if self.rank == 0:
+                log.info("multitask slots at iteration %d: %s", iteration + 1, ", ".join(
+                    f"{n} {int(c)} (success {float(r):.2f})"
+                    for n, c, r in zip(self.names, total, self.scheduler.fast, strict=True)))
         return out
 
     def _all_gather(self, stats: torch.Tensor) -> torch.Tensor:

@@ -123,7 +123,9 @@ class Scheduler:
             weights = torch.ones(s)
         else:
             weights = self.progress ** (1.0 / self.cfg.temperature)
-            weights[~self.seen] = weights.max() if weights.max() > 0 else 1.0  # untried
+            if weights.max() <= 0:  # no progress signal anywhere yet: share evenly
+                weights = torch.ones(s, dtype=torch.float64)
+            weights[~self.seen] = weights.max()  # untried subtasks count as promising
         self.allocation = split_slots(weights, self.num_slots,
                                       torch.full((s,), self.min_slots))
         return self.allocation

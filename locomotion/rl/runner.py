@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs.vec_env import LocomotionEnv
+from locomotion.multitask.driver import SchedulerDriver
 from locomotion.rl.actor_critic import ActorCritic
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from locomotion.rl.distributed import Distributed, to_cpu
@@ -89,6 +90,8 @@ class Runner:
         self.log_dir = Path(log_dir) if log_dir else None
         self.log = (TrainingLog(self.log_dir, cfg.logging)
                     if self.log_dir and self.is_main else None)
+        # subtasks (task=multitask): the scheduler re-sizes them from their progress
+        self.scheduler = SchedulerDriver(env, cfg.multitask) if env.multitask else None
         self._started = False
 
     # ------------------------------------------------------------------ checkpoints
@@ -110,6 +113,7 @@ class Runner:
             "observation_sizes": self.env.observation_sizes,
             "num_actions": self.env.num_actions,
             "ppo": self.ppo.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
             "env": shard["env"],
             "rng": shard["rng"],
         }
@@ -186,11 +190,14 @@ class Runner:
                 f"checkpoint {path} was written by {len(ranks)} process(es); this run has "
                 f"{self.dist.world_size}: resume with the same number of processes "
                 "(--nnodes x --nproc_per_node), each rank continues its own envs")
-        common = {k: data[k] for k in ("ppo", "iteration", "env_steps", "train_wall_s")}
+        common = {k: data.get(k) for k in ("ppo", "scheduler", "iteration", "env_steps",
+                                           "train_wall_s")}
         return [{**common, **shard} for shard in ranks]
 
     def _restore(self, data: dict, env_state: dict, rng: dict) -> None:
         self.ppo.load_state_dict(data["ppo"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(data["scheduler"])
         self.env.load_state_dict(env_state)
         torch.set_rng_state(rng["torch"])
         self.ppo.generator.set_state(rng["ppo"])
@@ -264,6 +271,8 @@ class Runner:
             episodes, histogram, uniformity = (group["episodes"], group["histogram"],
                                                group["uniformity"])
             steps, diverged = group["steps"], group["diverged"]
+        multitask = self.scheduler.end_iteration(self.iteration, timing["sim"]) \
+            if self.scheduler else {}
         wall = time.perf_counter() - start
         self.train_wall_s += wall
         self.iteration += 1
@@ -279,6 +288,7 @@ class Runner:
             "phase_histogram": histogram,
             "phase_uniformity": uniformity,
             "diverged": diverged,
+            "multitask": multitask,
             **comm,
         }
         if self.log is not None:
@@ -302,7 +312,10 @@ class Runner:
                         final_values = policy.value(info["final_obs"]["critic"])
                         reward = bootstrap_truncated(reward, truncated, final_values, gamma)
                     for k, v in info["episode"].items():
-                        finished[k].append(v)
+                        if k != "subtask":  # an id, not a statistic: the scheduler counts it
+                            finished[k].append(v)
+                    if self.scheduler is not None:
+                        self.scheduler.record(info["episode"])
                 self.storage.add(obs=obs["policy"], critic_obs=obs["critic"],
                                  actions=act.actions, rewards=reward,
                                  dones=terminated | truncated, values=act.values,
