@@ -7,6 +7,11 @@ the physics. Prints a table; the last line is one JSON object.
     python scripts/benchmark_env.py
     python scripts/benchmark_env.py num_envs=4096 robot=dmc_quadruped
     python scripts/benchmark_env.py terrain=rough task=rough   # on the terrain grid
+    python scripts/benchmark_env.py num_envs=1024 \
+        'variants=["randomization=robust","task=rough","task=rough randomization=robust"]'
+
+Each variant (overrides on top of the command line's) is timed at the same N in the same
+run and reported as a ratio to the base env's steps/s: the cost of that feature.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import hydra
 import mujoco
 import numpy as np
 import torch
+from hydra import compose
+from hydra.core.hydra_config import HydraConfig
 from mujoco import rollout
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -87,7 +94,25 @@ def measure(cfg: DictConfig, n: int) -> dict:
         row[f"physics_steps_per_s_{profile.name}"] = other * decimation
     row["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     env.close()
+    for variant in cfg.variants:
+        var_cfg = variant_config(variant)
+        with open_dict(var_cfg):
+            var_cfg.num_envs = n
+        venv = LocomotionEnv(var_cfg)
+        venv.reset()
+        vgen = torch.Generator().manual_seed(int(cfg.seed))
+        env_steps_per_s(venv, cfg.warmup_steps, vgen)
+        sps = env_steps_per_s(venv, cfg.measure_steps, vgen)
+        venv.close()
+        row.setdefault("variants", {})[variant] = {"env_steps_per_s": sps,
+                                                   "vs_base": sps / env_sps}
     return row
+
+
+def variant_config(variant: str) -> DictConfig:
+    """This run's config with a variant's overrides (space-separated) applied on top."""
+    base = [o for o in HydraConfig.get().overrides.task if not o.startswith("variants=")]
+    return compose(config_name="benchmark_env", overrides=base + variant.split())
 
 
 @hydra.main(config_path="../configs", config_name="benchmark_env", version_base="1.3")
@@ -111,6 +136,9 @@ def main(cfg: DictConfig) -> None:
             line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"
                      f" {r[f'raw_speedup_over_{name}']:>8.2f}")
         print(line + f" {r['max_rss_mb']:>10.0f}", flush=True)
+        for variant, v in r.get("variants", {}).items():
+            print(f"{'':>6} {v['env_steps_per_s']:>12.0f}  {v['vs_base']:.3f} x base: "
+                  f"{variant}", flush=True)
     print(json.dumps({"robot": cfg.robot.spec, "task": cfg.task.name,
                       "terrain": cfg.terrain.name, "solver": cfg.solver.name, "results": rows}))
 
