@@ -2,7 +2,7 @@
 
 Measured here: the gradient all-reduce of the configured actor-critic between 2 gloo
 processes (median over many calls, at several message sizes to fit latency and
-bandwidth), the per-iteration small collectives (KL, normalizer statistics, logged
+bandwidth), the per-iteration small collectives (normalizer statistics, logged
 statistics), and one rank's rollout and learner time per iteration (``num_envs`` envs on
 ``measure.rank_threads`` cores). Projected: iteration time, env steps/s and efficiency
 for ``project.ranks`` ranks under a ring all-reduce model, on this machine's links inside
@@ -184,11 +184,11 @@ def project(rank: dict, comm: dict, cfg: DictConfig) -> tuple[list[dict], dict]:
     for p in cfg.project.ranks:
         for link in links[1:] if p > per_node else links[:1]:
             a, bw = link["alpha"], link["bw"]
-            grad = allreduce_s(p, grad_bytes, a, bw) + (copy_s if p > 1 else 0.0)
-            kl = allreduce_s(p, 4, a, bw)
+            # The KL rides in the gradient buffer: one all-reduce per optimizer step.
+            grad = allreduce_s(p, grad_bytes + 4, a, bw) + (copy_s if p > 1 else 0.0)
             norm = allgather_s(p, comm["normalizer_bytes"], a, bw)
             stats = 0.0 if p == 1 else stats_fixed + 2 * allgather_s(p, stats_bytes, a, bw)
-            comm_s = steps_per_iter * (grad + kl) + norm + stats
+            comm_s = steps_per_iter * grad + norm + stats
             iteration = compute + comm_s
             nodes = math.ceil(p / per_node)
             rows.append({
@@ -201,7 +201,7 @@ def project(rank: dict, comm: dict, cfg: DictConfig) -> tuple[list[dict], dict]:
             })
     return rows, {"alpha_local_us": 1e6 * alpha_local, "bandwidth_local_GBps": bw_local / 1e9,
                   "copy_ms": 1e3 * copy_s, "statistics_fixed_ms": 1e3 * stats_fixed,
-                  "collectives_per_iteration": 2 * steps_per_iter + 3}
+                  "collectives_per_iteration": steps_per_iter + 3}
 
 
 def crossover(rows: list[dict], compute_s: float) -> dict[str, int | None]:

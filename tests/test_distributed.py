@@ -4,6 +4,7 @@ checkpoints and resumes.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ import torch.multiprocessing as mp
 
 from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
+from locomotion.rl import PPO, ActorCritic, PPOConfig, RolloutStorage
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.distributed import (
     RANK_SEED_STRIDE,
@@ -108,6 +110,48 @@ def test_each_rank_gets_its_seed_and_a_share_of_the_cores():
     pinned = load_config("train", ["sim.nthread=3", "torch_threads=2"])
     pinned = Distributed(0, 2, 0, 2, torch.device("cpu"), "gloo").rank_config(pinned)
     assert (pinned.seed, pinned.sim.nthread, pinned.torch_threads) == (0, 3, 2)
+
+
+def _filled_storage(policy: ActorCritic) -> RolloutStorage:
+    gen = torch.Generator().manual_seed(3)
+    storage = RolloutStorage(4, 8, 3, 3, 1)
+    for _ in range(4):
+        obs = torch.randn(8, 3, generator=gen)
+        act = policy.act(obs)
+        storage.add(obs=obs, critic_obs=obs, actions=act.actions,
+                    rewards=torch.randn(8, generator=gen), dones=torch.zeros(8, dtype=torch.bool),
+                    values=act.values, log_probs=act.log_prob, action_mean=act.action_mean,
+                    action_std=act.action_std)
+    storage.compute_returns(torch.zeros(8), 0.99, 0.95, normalize_advantages=True)
+    return storage
+
+
+def test_kl_travels_with_the_gradients_in_one_reduction():
+    torch.manual_seed(0)
+    policy = ActorCritic(3, 1, actor_hidden_dims=[8], critic_hidden_dims=[8])
+    storage = _filled_storage(policy)
+    config = PPOConfig(num_learning_epochs=1, num_mini_batches=2, learning_rate=1e-3)
+    results = {}
+    for name, scale_kl in (("plain", None), ("identity", 1.0), ("zero_kl", 0.0)):
+        model = copy.deepcopy(policy)
+        calls: list[list[torch.Tensor]] = []
+
+        def reduce(tensors: list[torch.Tensor], scale=scale_kl, calls=calls) -> None:
+            calls.append([t.shape for t in tensors])
+            tensors[-1].mul_(scale)
+
+        ppo = PPO(model, config, grad_reduce=None if scale_kl is None else reduce,
+                  kl_with_grads=scale_kl is not None, generator=torch.Generator().manual_seed(1))
+        results[name] = (ppo.update(storage), flat_params(model), calls)
+    plain, identity, zero_kl = results["plain"], results["identity"], results["zero_kl"]
+    assert len(identity[2]) == 2  # one reduction per mini-batch step...
+    assert identity[2][0][-1] == (1,)  # ...carrying the KL after the gradients
+    assert len(identity[2][0]) == 1 + sum(1 for _ in policy.parameters())
+    assert torch.equal(plain[1], identity[1]) and plain[0]["kl"] == identity[0]["kl"]
+    # The learning rate adapts to the reduced KL: zero KL grows it at every step.
+    assert zero_kl[0]["kl"] == 0.0 and zero_kl[0]["learning_rate"] == pytest.approx(1e-3 * 1.5**2)
+    with pytest.raises(ValueError, match="kl_with_grads"):
+        PPO(policy, config, kl_with_grads=True)
 
 
 # ---------------------------------------------------------------------------- 2-process group

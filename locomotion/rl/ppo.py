@@ -61,8 +61,10 @@ class PPO:
 
     ``grad_reduce`` receives the list of parameter gradients before clipping and must reduce
     them in place (e.g. all-reduce mean); ``kl_reduce`` does the same for the 0-dim KL tensor
-    so every rank adapts its learning rate identically. Steps whose loss or (reduced)
-    gradient norm is non-finite are skipped and counted.
+    so every rank adapts its learning rate identically. With ``kl_with_grads`` the KL
+    instead travels with the gradients: ``grad_reduce`` receives them followed by a
+    1-element KL tensor, so one collective per step serves both. Steps whose loss or
+    (reduced) gradient norm is non-finite are skipped and counted.
     """
 
     def __init__(
@@ -72,13 +74,18 @@ class PPO:
         *,
         grad_reduce: Callable[[list[Tensor]], None] | None = None,
         kl_reduce: Callable[[Tensor], None] | None = None,
+        kl_with_grads: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         """Create the Adam optimizer; ``generator`` (CPU) seeds mini-batch shuffling."""
+        if kl_with_grads and (grad_reduce is None or kl_reduce is not None):
+            raise ValueError("kl_with_grads reduces the KL through grad_reduce: "
+                             "give grad_reduce and no kl_reduce")
         self.policy = policy
         self.config = config or PPOConfig()
         self.grad_reduce = grad_reduce
         self.kl_reduce = kl_reduce
+        self.kl_with_grads = kl_with_grads
         self.generator = generator
         self.learning_rate = self.config.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate)
@@ -156,7 +163,11 @@ class PPO:
             self.optimizer.zero_grad()
             loss.backward()
             if self.grad_reduce is not None:
-                self.grad_reduce([p.grad for p in params if p.grad is not None])
+                grads = [p.grad for p in params if p.grad is not None]
+                if self.kl_with_grads:
+                    kl = kl.reshape(1)
+                    grads.append(kl)
+                self.grad_reduce(grads)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if not bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
                 self.optimizer.zero_grad()

@@ -79,7 +79,7 @@ class Runner:
             dist.broadcast_module(self.policy)  # every rank starts from rank 0's weights
         self.ppo = PPO(self.policy, PPOConfig(**algo.ppo),
                        grad_reduce=dist.reduce_gradients if dist else None,
-                       kl_reduce=dist.reduce_mean if dist else None,
+                       kl_with_grads=dist is not None,  # one all-reduce per step
                        generator=torch.Generator().manual_seed(int(cfg.seed)))
         self.num_steps = int(algo.num_steps)
         self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
