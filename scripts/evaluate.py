@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import hydra
+import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -61,6 +62,8 @@ def main(cfg: DictConfig) -> None:
         suite = Suite(suite_cfg, None if cfg.axes is None else [str(a) for a in cfg.axes])
     except (PolicyLoadError, SuiteError) as e:
         sys.exit(f"error: {e}")
+    if cfg.torch_threads:
+        torch.set_num_threads(int(cfg.torch_threads))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

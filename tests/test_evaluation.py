@@ -159,3 +159,13 @@ def test_command_line_writes_report_and_figures(tmp_path):
     bad = subprocess.run([*cmd[:2], f"policy={PRETRAINED / 'policy.json'}", f"out={out}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "policy.json is not a policy" in bad.stderr
+
+
+def test_warp_backend_runs_the_same_suite(standing):
+    """sim=warp (here on Warp's CPU device) takes the same path: pushes topple, none do not."""
+    pytest.importorskip("mujoco_warp")
+    suite = tiny_suite({"push": [0.0, 4.0]}, episodes_per_level=8, episode_length_s=1.5)
+    report, _ = evaluate([standing], suite, seed=0, sim=config_group("sim", "warp"))
+    rows = report["sweeps"]["push"]["policies"]["stand"]["levels"]
+    assert report["sim"] == {"backend": "warp", "device": "cpu"}
+    assert rows[0]["survival"] == 1.0 and rows[1]["survival"] <= 0.25

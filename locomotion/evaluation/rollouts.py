@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import config_group, replay_config
+from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.evaluation.metrics import Episodes
 from locomotion.evaluation.policies import Policy
@@ -66,6 +67,8 @@ def batch_config(policy: Policy, batch: Batch, suite: Suite, num_envs: int, seed
         cfg.terrain = terrain
     else:
         cfg.terrain = config_group("terrain", "flat")
+    if cfg.get("multitask") is not None:  # subtasks would change commands and terrain
+        cfg.multitask = None
     cfg.randomization = randomization_config(batch, suite, float(task.control_dt))
     return cfg
 
@@ -250,14 +253,11 @@ class BatchRunner:
                     out[k][fid] = ep[k][first]
                 recorded[ids] = True
             alive &= ~done
-            w = env.task.world(env.sim)
-            power = (w.torques * w.joint_vel).abs().sum(1)
-            energy += torch.where(alive, power * dt, 0.0)
+            energy += torch.where(alive, self._power() * dt, 0.0)
             if t == self.push_step and len(self.push_ids):
                 env.randomizer.set("push", self.push_ids, velocity=push_velocity.cpu())
             if t > self.push_step:
-                lin_err = (env.task.commands[:, :2] - w.base_lin_vel[:, :2]).norm(dim=1)
-                tilt = torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
+                lin_err, tilt = self._tracking()
                 ok = alive & pushed & (lin_err < err_max) & (tilt < tilt_max)
                 streak = torch.where(ok, streak + 1, 0)
                 newly = (streak == hold) & torch.isnan(recovery)
@@ -268,6 +268,23 @@ class BatchRunner:
         return {"survived": survived.cpu(), **{k: v.cpu() for k, v in out.items()},
                 "energy": energy.cpu(), "mass": mass, "pushed": pushed.cpu(),
                 "recovery": recovery.cpu()}
+
+    # The few state columns the metrics need, read straight from the backend: the task's
+    # full World (every sensor converted to float32) would cost more than the metrics.
+    def _power(self) -> torch.Tensor:
+        """Mechanical power sum_j |tau_j qdot_j| of every env [N], W."""
+        sim, task = self.env.sim, self.env.task
+        torque = sim.sensordata[:, task.torque_cols]
+        return (torque * sim.qvel[:, task.joint_qvel]).abs().sum(1).float()
+
+    def _tracking(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Planar velocity error against the command (body frame) [N] and tilt [N], rad."""
+        sim = self.env.sim
+        quat = sim.qpos[:, 3:7].float()
+        velocity = quat_rotate_inverse(quat, sim.qvel[:, 0:3].float())
+        error = (self.env.task.commands[:, :2] - velocity[:, :2]).norm(dim=1)
+        tilt = torch.acos((-projected_gravity(quat)[:, 2]).clamp(-1.0, 1.0))
+        return error, tilt
 
     def _observe_all(self) -> dict[str, torch.Tensor]:
         """Observations of the reset state again, now that commands were overwritten."""
