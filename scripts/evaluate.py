@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -70,10 +71,12 @@ def main(cfg: DictConfig) -> None:
     report, seconds = evaluate(policies, suite, int(cfg.seed), cfg.sim, str(cfg.device),
                                progress=log.info)
     total = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     load = os.getloadavg()[0]
     timing = [f"{label}: {s:.0f} s" for label, s in seconds.items()] + [
-        f"total {total:.0f} s on {os.cpu_count()} CPU cores, load average {load:.1f} at the "
-        f"end (a load above the core count means other jobs shared the machine)"]
+        f"total {total:.0f} s wall clock, {usage.ru_utime + usage.ru_stime:.0f} s of CPU time "
+        f"(all threads) on {os.cpu_count()} CPU cores; load average {load:.1f} at the end "
+        f"(a load above the core count means other jobs shared the machine)"]
     figures = None
     if cfg.plots:
         try:

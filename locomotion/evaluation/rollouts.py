@@ -126,6 +126,7 @@ class BatchRunner:
         env_cfg = batch_config(policy, batch, suite, self.shape.num_envs, seed, sim, device)
         self.env = env = LocomotionEnv(env_cfg)
         if env.observation_sizes["policy"] != policy.observation_size:
+            env.close()
             raise SuiteError(
                 f"policy {policy.label!r} takes {policy.observation_size} observations but its "
                 f"replay env makes {env.observation_sizes['policy']}")
