@@ -69,7 +69,8 @@ def env_steps_per_s(env: LocomotionEnv, steps: int, gen: torch.Generator) -> flo
     return steps * env.num_envs / (time.perf_counter() - start)
 
 
-def measure(cfg: DictConfig, n: int) -> dict:
+def started_env(cfg: DictConfig, n: int) -> tuple[LocomotionEnv, torch.Generator]:
+    """An env of ``cfg`` with ``n`` envs, reset and stepped ``warmup_steps`` untimed steps."""
     run_cfg = cfg.copy()
     with open_dict(run_cfg):
         run_cfg.num_envs = n
@@ -77,6 +78,11 @@ def measure(cfg: DictConfig, n: int) -> dict:
     env.reset()
     gen = torch.Generator().manual_seed(int(cfg.seed))
     env_steps_per_s(env, cfg.warmup_steps, gen)
+    return env, gen
+
+
+def measure(cfg: DictConfig, n: int) -> dict:
+    env, gen = started_env(cfg, n)
     states, ctrls = record_workload(env, cfg.measure_steps, gen)
     env_sps = env_steps_per_s(env, cfg.measure_steps, gen)
     raw_sps = raw_env_steps_per_s(env.model, env.sim.nthread, states, ctrls)
@@ -95,13 +101,7 @@ def measure(cfg: DictConfig, n: int) -> dict:
     row["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     env.close()
     for variant in cfg.variants:
-        var_cfg = variant_config(variant)
-        with open_dict(var_cfg):
-            var_cfg.num_envs = n
-        venv = LocomotionEnv(var_cfg)
-        venv.reset()
-        vgen = torch.Generator().manual_seed(int(cfg.seed))
-        env_steps_per_s(venv, cfg.warmup_steps, vgen)
+        venv, vgen = started_env(variant_config(variant), n)
         sps = env_steps_per_s(venv, cfg.measure_steps, vgen)
         venv.close()
         row.setdefault("variants", {})[variant] = {"env_steps_per_s": sps,

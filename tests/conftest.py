@@ -23,3 +23,19 @@ def make_env():
     yield factory
     for env in envs:
         env.close()
+
+
+@pytest.fixture
+def env_from_cfg():
+    """Factory ``env_from_cfg(cfg)``: a LocomotionEnv of a composed config, reset."""
+    envs = []
+
+    def factory(cfg) -> LocomotionEnv:
+        env = LocomotionEnv(cfg)
+        envs.append(env)
+        env.reset()
+        return env
+
+    yield factory
+    for env in envs:
+        env.close()

@@ -13,18 +13,9 @@ SMALL = ("task=multitask", "num_envs=32", "reset=sync", "terrain.levels=3",
 
 
 @pytest.fixture
-def env_with():
-    envs = []
-
-    def factory(*overrides: str) -> LocomotionEnv:
-        env = LocomotionEnv(load_config("env", [*SMALL, *overrides]))
-        envs.append(env)
-        env.reset()
-        return env
-
-    yield factory
-    for env in envs:
-        env.close()
+def env_with(env_from_cfg):
+    """Factory ``env_with(*overrides)``: a small multitask env on the terrain grid, reset."""
+    return lambda *overrides: env_from_cfg(load_config("env", [*SMALL, *overrides]))
 
 
 def test_subtasks_set_terrain_commands_gait_and_pushes(env_with):

@@ -5,7 +5,6 @@ import torch
 from omegaconf import OmegaConf
 
 from locomotion.config import load_config
-from locomotion.envs import LocomotionEnv
 from locomotion.envs.randomization import RandomizationError
 
 N = 16
@@ -19,29 +18,12 @@ def actions(env, steps: int, seed: int = 1, scale: float = 0.3) -> list[torch.Te
             for _ in range(steps)]
 
 
-def with_events(make_env, events: dict, *overrides: str, noise: dict | None = None):
+def with_events(env_from_cfg, events: dict, *overrides: str, noise: dict | None = None):
     """An env whose randomization is exactly ``events`` (and ``noise``)."""
     cfg = load_config("env", ["num_envs=16", "reset=sync", *overrides])
     cfg.randomization = OmegaConf.create({"name": "test", "events": events,
                                           "observation_noise": noise or {}})
-    env = LocomotionEnv(cfg)
-    env.reset()
-    return env
-
-
-@pytest.fixture
-def env_from_cfg():
-    envs = []
-
-    def factory(cfg):
-        env = LocomotionEnv(cfg)
-        envs.append(env)
-        env.reset()
-        return env
-
-    yield factory
-    for env in envs:
-        env.close()
+    return env_from_cfg(cfg)
 
 
 def test_none_is_bit_identical_to_nominal(make_env, env_from_cfg):
@@ -85,11 +67,11 @@ def test_robust_samples_in_range_and_differ(make_env):
     assert not torch.equal(env.randomizer.table["body_mass"], other.randomizer.table["body_mass"])
 
 
-def test_per_env_change_touches_only_that_env(make_env):
+def test_per_env_change_touches_only_that_env(env_from_cfg):
     events = {"friction": {"mode": "manual", "friction": [0.1, 2.0]},
               "payload": {"mode": "manual", "mass": {"add": [0.0, 5.0]}}}
-    env = with_events(make_env, events, *CALM)
-    ref = with_events(make_env, events, *CALM)
+    env = with_events(env_from_cfg, events, *CALM)
+    ref = with_events(env_from_cfg, events, *CALM)
     env.randomizer.set("friction", torch.tensor([3]), friction=torch.tensor([[0.2]]))
     env.randomizer.set("payload", torch.tensor([3]), mass=torch.tensor([[4.0]]))
     ground, base = env.model.geom("ground").id, env.model.body(env.spec.base_body).id
@@ -106,10 +88,10 @@ def test_per_env_change_touches_only_that_env(make_env):
     assert not torch.equal(env.sim.qpos[3], ref.sim.qpos[3])  # heavier robot sits lower
 
 
-def test_push_changes_base_velocity_by_requested_amount(make_env):
+def test_push_changes_base_velocity_by_requested_amount(env_from_cfg):
     events = {"push": {"mode": "manual", "velocity": [-1.0, 1.0]}}
-    env = with_events(make_env, events, *CALM)
-    ref = with_events(make_env, events, *CALM)
+    env = with_events(env_from_cfg, events, *CALM)
+    ref = with_events(env_from_cfg, events, *CALM)
     zero = torch.zeros(N, env.num_actions)
     for _ in range(25):  # settle
         env.step(zero)
@@ -127,11 +109,11 @@ def test_push_changes_base_velocity_by_requested_amount(make_env):
     assert (dv.sign() == kick[:, 0].sign().double()).all()
 
 
-def test_interval_push_fires_on_schedule(make_env):
+def test_interval_push_fires_on_schedule(env_from_cfg):
     events = {"push": {"mode": "interval", "interval_s": [0.1, 0.1], "velocity": [0.5, 0.5]}}
-    env = with_events(make_env, events, *CALM)
+    env = with_events(env_from_cfg, events, *CALM)
     later = {"push": {**events["push"], "interval_s": [100.0, 100.0]}}  # same draws, no push
-    ref = with_events(make_env, later, *CALM)
+    ref = with_events(env_from_cfg, later, *CALM)
     zero = torch.zeros(N, env.num_actions)
     for _ in range(4):  # 0.08 s: before the first push
         env.step(zero)
@@ -142,9 +124,9 @@ def test_interval_push_fires_on_schedule(make_env):
     assert (env.sim.qvel[:, 0:2] - ref.sim.qvel[:, 0:2] > 0.2).all()
 
 
-def test_force_push_is_held_then_released(make_env):
+def test_force_push_is_held_then_released(env_from_cfg):
     events = {"force": {"mode": "manual", "force": [-100.0, 100.0], "duration_s": 0.04}}
-    env = with_events(make_env, events, *CALM)
+    env = with_events(env_from_cfg, events, *CALM)
     base = env.model.body(env.spec.base_body).id
     env.randomizer.set("force", torch.tensor([0, 1]), force=torch.tensor([[80.0, 0, 0],
                                                                         [0, -80.0, 0]]))
@@ -157,9 +139,9 @@ def test_force_push_is_held_then_released(make_env):
 
 
 @pytest.mark.parametrize("max_delay", [1, 3])
-def test_latency_delays_applied_action_by_exactly_its_steps(make_env, max_delay):
+def test_latency_delays_applied_action_by_exactly_its_steps(env_from_cfg, max_delay):
     events = {"latency": {"mode": "manual", "steps": [0, max_delay]}}
-    env = with_events(make_env, events, *CALM)
+    env = with_events(env_from_cfg, events, *CALM)
     delay = torch.arange(N) % (max_delay + 1)
     env.randomizer.set("latency", torch.arange(N), steps=delay)
     seq = actions(env, 8)
@@ -174,9 +156,9 @@ def test_latency_delays_applied_action_by_exactly_its_steps(make_env, max_delay)
             assert torch.allclose(ctrl, default + env.spec.action_scale * want, atol=1e-6)
 
 
-def test_latency_buffer_clears_on_reset(make_env):
+def test_latency_buffer_clears_on_reset(env_from_cfg):
     events = {"latency": {"mode": "reset", "steps": [1, 1]}}
-    env = with_events(make_env, events, *CALM, "task.episode_length_s=0.1")
+    env = with_events(env_from_cfg, events, *CALM, "task.episode_length_s=0.1")
     for a in actions(env, 5):  # the 5th step ends every episode
         env.step(a)
     env.step(torch.ones(N, env.num_actions))
@@ -184,9 +166,9 @@ def test_latency_buffer_clears_on_reset(make_env):
     assert torch.allclose(env.ctrl[:, env.layout.actuator_ids], default.expand(N, -1))
 
 
-def test_observation_noise_only_on_policy_and_bounded(make_env):
+def test_observation_noise_only_on_policy_and_bounded(env_from_cfg):
     noise = {"joint_vel": 1.5, "projected_gravity": 0.05}
-    env = with_events(make_env, {}, *CALM, noise=noise)
+    env = with_events(env_from_cfg, {}, *CALM, noise=noise)
     cols = env.task.observation_layout(env.task.world(env.sim), env.actions)
     obs, *_ = env.step(torch.zeros(N, env.num_actions))
     def term(group, name):
@@ -223,11 +205,11 @@ def test_randomized_env_resumes_exactly(make_env):
     ({"friction": {"mode": "startup", "friction": {"times": [0.5, 1.0]}}}, "scale"),
     ({"latency": {"mode": "reset", "steps": [0, 1.5]}}, "whole"),
 ])
-def test_invalid_config_is_a_clear_error(make_env, events, match):
+def test_invalid_config_is_a_clear_error(env_from_cfg, events, match):
     with pytest.raises(RandomizationError, match=match):
-        with_events(make_env, events)
+        with_events(env_from_cfg, events)
 
 
-def test_noise_on_unobserved_term_is_a_clear_error(make_env):
+def test_noise_on_unobserved_term_is_a_clear_error(env_from_cfg):
     with pytest.raises(RandomizationError, match="policy terms"):
-        with_events(make_env, {}, noise={"foot_contact": 0.1})
+        with_events(env_from_cfg, {}, noise={"foot_contact": 0.1})
