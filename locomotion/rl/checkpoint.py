@@ -62,6 +62,11 @@ def inference_payload(data: dict[str, Any]) -> dict[str, Any]:
 
     Enough for ``play``, ``evaluate`` and ``export``; not for resuming training.
     """
-    keys = ("config", "robot", "observation_sizes", "num_actions", "iteration", "env_steps")
-    return {"inference_only": True, **{k: data[k] for k in keys},
+    keys = ("robot", "observation_sizes", "num_actions", "iteration", "env_steps")
+    # where the run lived and what it resumed from say nothing about the policy
+    config = {k: v for k, v in data["config"].items() if k not in _RUN_PATHS}
+    return {"inference_only": True, "config": config, **{k: data[k] for k in keys},
             "ppo": {"policy": data["ppo"]["policy"]}}
+
+
+_RUN_PATHS = ("resume", "run_dir")
