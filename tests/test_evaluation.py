@@ -73,6 +73,8 @@ def test_unknown_axis_is_a_clear_error():
         Suite(tiny_suite({"push": [0.0]}).cfg, only=["wind"])
     with pytest.raises(SuiteError, match="unknown solver profiles"):
         tiny_suite({"solver": ["fast", "accurate"]})
+    with pytest.raises(SuiteError, match=r"suite.solver: unknown solver profiles \['exact'\]"):
+        tiny_suite({"push": [0.0]}, solver="exact")
 
 
 @pytest.mark.parametrize("name, content, match", [

@@ -93,7 +93,7 @@ def markdown(report: dict, timing: Sequence[str] = (), command: str | None = Non
     lines += [f"| {p['label']} | `{p['path']}` | {p['kind']} | `{p['sha256'][:12]}` |"
               for p in report["policies"]]
     lines += ["", "## Robustness margins", "",
-              "| axis | harder | nominal | " + " | ".join(labels) + " |",
+              "| axis | harder | nominal level | " + " | ".join(labels) + " |",
               "|---|---|---|" + "---|" * len(labels)]
     for s in report["sweeps"].values():
         if s["harder"] == "none":

@@ -29,22 +29,24 @@ REPORT_VERSION = 1
 CONSTANT_NOMINAL = {"push": 0.0, "payload": 0.0, "strength": 1.0, "latency": 0.0, "noise": 0.0}
 
 
-def nominal_levels(policy: Policy) -> dict[str, object]:
-    """Each axis's nominal level for ``policy``: what its model and training used."""
+def nominal_levels(policy: Policy, suite: Suite) -> dict[str, object]:
+    """Each axis's nominal level for ``policy``: what its model and training used, and the
+    suite's solver profile (if it names one, every policy is compared on that physics)."""
     cfg = policy.train_config
+    solver = suite.cfg.get("solver") or str(cfg.solver.name)
     model, _ = build_model(load_robot_spec(cfg.robot.spec), SolverProfile(**cfg.solver))
     spec = load_robot_spec(cfg.robot.spec)
     # sliding friction of a foot-ground contact: MuJoCo takes the larger of the two geoms
     feet = [model.geom(f).id for f in spec.feet]
     friction = float(max(model.geom_friction[[model.geom("ground").id, *feet], 0]))
-    return {**CONSTANT_NOMINAL, "friction": friction, "solver": str(cfg.solver.name)}
+    return {**CONSTANT_NOMINAL, "friction": friction, "solver": str(solver)}
 
 
 def evaluate_policy(policy: Policy, suite: Suite, seed: int, sim: DictConfig, device: str,
                     progress: Callable[[str], None]) -> tuple[dict, dict[str, object], float]:
     """Per-level summaries of one policy, its nominal levels and the seconds it took."""
     start = time.perf_counter()
-    nominal = nominal_levels(policy)
+    nominal = nominal_levels(policy, suite)
     where = suite.conditions(nominal)
     episodes: dict[Condition, Episodes] = {}
     for batch in plan_batches(where.values(), str(nominal["solver"])):

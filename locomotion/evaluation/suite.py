@@ -104,16 +104,20 @@ def _axis(name: str, where: str) -> Axis:
     return AXES[name]
 
 
+def _check_solvers(names: list, where: str) -> None:
+    valid = sorted(p.stem for p in (CONFIG_DIR / "solver").glob("*.yaml"))
+    bad = [v for v in names if v not in valid]
+    if bad:
+        raise SuiteError(f"{where}: unknown solver profiles {bad}; valid: {valid}")
+
+
 def _levels(axis: Axis, values, where: str) -> tuple:
     """Validated levels of ``axis``: numbers in range, or solver option names."""
     values = OmegaConf.to_object(values) if OmegaConf.is_config(values) else values
     if not isinstance(values, list | tuple) or not values:
         raise SuiteError(f"{where}: levels must be a non-empty list, got {values!r}")
     if axis.name == "solver":
-        valid = sorted(p.stem for p in (CONFIG_DIR / "solver").glob("*.yaml"))
-        bad = [v for v in values if v not in valid]
-        if bad:
-            raise SuiteError(f"{where}: unknown solver profiles {bad}; valid: {valid}")
+        _check_solvers(values, where)
         return tuple(values)
     try:
         levels = tuple(float(v) for v in values)
@@ -157,6 +161,8 @@ class Suite:
             self._select(list(only))
         if not self.sweeps and not self.grids:
             raise SuiteError(f"suite {cfg.name!r} has nothing to run (no sweeps or grids)")
+        if cfg.get("solver"):
+            _check_solvers([cfg.solver], "suite.solver")
         for key in ("episodes_per_level", "max_envs"):
             if int(cfg[key]) < 1:
                 raise SuiteError(f"suite.{key} must be >= 1, got {cfg[key]}")
