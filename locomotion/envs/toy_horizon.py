@@ -69,6 +69,8 @@ class PhasePath:
 class PhaseTrackingEnv:
     """N envs tracking the hidden path; no terminations, time-out at H, autoreset."""
 
+    multitask = None  # one task: nothing for the runner's scheduler to size
+
     def __init__(self, cfg: DictConfig):
         if cfg.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
