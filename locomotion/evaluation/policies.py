@@ -103,7 +103,8 @@ def load_policy(path: str | os.PathLike, label: str | None = None) -> Policy:
     try:
         data = load_checkpoint(path)
     except CheckpointError as e:
-        raise PolicyLoadError(f"{path} is not a policy: {e}. Expected {EXPECTED}") from None
+        reason = str(e).rstrip(".")
+        raise PolicyLoadError(f"{path} is not a policy: {reason}. Expected {EXPECTED}") from None
     missing = [k for k in ("config", "ppo", "observation_sizes", "num_actions") if k not in data]
     if missing or "policy" not in data["ppo"]:
         raise PolicyLoadError(f"{path} is a checkpoint without policy weights (missing "
