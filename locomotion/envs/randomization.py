@@ -100,9 +100,14 @@ class ModelTable:
         self.model = model
         self.num_envs = num_envs
         self.fields: dict[str, torch.Tensor] = {}
+        self._nominal: dict[str, torch.Tensor] = {}
 
     def nominal(self, field: str) -> torch.Tensor:
-        return torch.as_tensor(np.array(getattr(self.model, field)), dtype=torch.float64)
+        """The shared model's value of ``field`` (read once; events read it at every draw)."""
+        if field not in self._nominal:
+            self._nominal[field] = torch.as_tensor(np.array(getattr(self.model, field)),
+                                                   dtype=torch.float64)
+        return self._nominal[field]
 
     def __getitem__(self, field: str) -> torch.Tensor:
         if field not in self.fields:

@@ -15,7 +15,6 @@ import logging
 from collections import deque
 
 import torch
-import torch.distributed as dist
 
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
 
@@ -28,14 +27,15 @@ _COST_RIDGE = 1.0  # pull toward equal costs unless the ranks' mixes clearly tel
 class SchedulerDriver:
     """Feeds episode outcomes to a ``Scheduler`` and applies its allocations to the env."""
 
-    def __init__(self, env, cfg):
+    def __init__(self, env, cfg, dist=None):
+        """``dist``: this rank's ``Distributed`` under torchrun, None for one process."""
         self.env = env
+        self.dist = dist
         self.subtasks = env.multitask
         keys = set(SchedulerConfig.__dataclass_fields__)
         self.cfg = SchedulerConfig(**{k: v for k, v in cfg.items() if k in keys})
-        self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world = dist.get_world_size() if self.distributed else 1
+        self.rank = dist.rank if dist else 0
+        self.world = dist.world_size if dist else 1
         self.names = self.subtasks.names
         self.scheduler = Scheduler(self.names, env.num_envs * self.world, self.cfg)
         s = len(self.names)
@@ -61,7 +61,7 @@ class SchedulerDriver:
         local = self.subtasks.slots.counts("current", len(self.names)).double()
         stats = torch.cat((self._episodes, self._successes, local,
                            torch.tensor([rollout_s], dtype=torch.float64)))
-        gathered = self._all_gather(stats)  # [ranks, 3 S + 1]
+        gathered = self.dist.all_gather(stats) if self.dist else stats[None]  # [ranks, 3S+1]
         s = len(self.names)
         episodes, successes = gathered[:, :s].sum(0), gathered[:, s:2 * s].sum(0)
         self._history.extend(gathered[:, 2 * s:])
@@ -90,13 +90,6 @@ class SchedulerDriver:
                     f"{n} {int(c)} (success {float(r):.2f})"
                     for n, c, r in zip(self.names, total, self.scheduler.fast, strict=True)))
         return out
-
-    def _all_gather(self, stats: torch.Tensor) -> torch.Tensor:
-        if not self.distributed:
-            return stats[None]
-        parts = [torch.empty_like(stats) for _ in range(self.world)]
-        dist.all_gather(parts, stats)
-        return torch.stack(parts)
 
     def _estimate_cost(self) -> torch.Tensor:
         """Rollout seconds per env slot of each subtask: ridge regression of the ranks'

@@ -293,6 +293,12 @@ class Distributed:
         spent, self.comm_s = self.comm_s, 0.0
         return spent
 
+    def all_gather(self, tensor: Tensor) -> Tensor:
+        """Every rank's ``tensor`` (same shape on all ranks), stacked in rank order."""
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts)
+
     # ------------------------------------------------------------------ objects
     def reduce_statistics(self, local: dict[str, Any]) -> dict[str, Any]:
         """Every rank's iteration statistics merged (``merge_rank_statistics``) on all ranks."""

@@ -91,7 +91,7 @@ class Runner:
         self.log = (TrainingLog(self.log_dir, cfg.logging)
                     if self.log_dir and self.is_main else None)
         # subtasks (task=multitask): the scheduler re-sizes them from their progress
-        self.scheduler = SchedulerDriver(env, cfg.multitask) if env.multitask else None
+        self.scheduler = SchedulerDriver(env, cfg.multitask, dist) if env.multitask else None
         self._started = False
 
     # ------------------------------------------------------------------ checkpoints
