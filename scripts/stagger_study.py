@@ -6,8 +6,11 @@ an interrupted grid resumes where it stopped. Then the figures and the summary t
 (re)drawn from the curves of every cell of the grid.
 
     python scripts/stagger_study.py                       # the toy grid (task=toy)
-    python scripts/stagger_study.py task=flat_velocity    # the quadruped grid (hours)
-    python scripts/stagger_study.py grid.rollout_lengths=[8] grid.seeds=[0,1,2]
+    python scripts/stagger_study.py task=flat_velocity jobs=2   # the quadruped grid (~2 h)
+    python scripts/stagger_study.py grid.rollout_lengths=[8] study.toy.seeds=[0,1,2]
+
+``jobs=J`` trains J cells at once, each process pinned to its own core (Linux), so runs
+do not share a core and their wall-clock curves stay comparable.
 
 The return of a point is the mean over the episodes that ended in the last ceil(H / K)
 iterations: under sync every episode ends in the same iteration, and this window gives each
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
+import multiprocessing
 import os
 import time
 from collections import deque
@@ -69,7 +73,7 @@ def grid_cells(cfg: DictConfig) -> list[Cell]:
     """Every cell of the grid, checking that each gets exactly the env-step budget."""
     study = study_settings(cfg)
     cells = [Cell(s, int(k), int(n), int(seed)) for s in cfg.grid.schedules
-             for k in cfg.grid.rollout_lengths for n in study.num_envs for seed in cfg.grid.seeds]
+             for k in cfg.grid.rollout_lengths for n in study.num_envs for seed in study.seeds]
     for c in cells:
         if int(study.env_steps) % (c.num_envs * c.rollout_length):
             raise ValueError(f"env_steps {study.env_steps} is not a multiple of N * K = "
@@ -165,25 +169,58 @@ def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
     write_csv(path, rows)
 
 
-def run_grid(cfg: DictConfig, out_dir: Path) -> list[Cell]:
-    """Run every cell that has no curve yet; return the cells that were run now."""
+def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
+    """The cells without a finished curve, checking finished ones ran the study's budget."""
     budget = int(study_settings(cfg).env_steps)
-    ran = []
+    pending = []
     for cell in grid_cells(cfg):
         path = out_dir / "curves" / f"{cell.name}.csv"
-        if path.exists():
-            done = int(read_csv(path)["env_steps"][-1])
-            if done != budget:
-                raise ValueError(f"{path} ran {done} env steps, the study asks {budget}: "
-                                 "remove it or pick another out_dir")
+        if not path.exists():
+            pending.append(cell)
             continue
-        start = time.perf_counter()
-        run_cell(cfg, cell, path)
-        curve = read_csv(path)
-        print(f"{cell.name}: final return {curve['return'][-1]:.3f}, "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
-        ran.append(cell)
-    return ran
+        done = int(read_csv(path)["env_steps"][-1])
+        if done != budget:
+            raise ValueError(f"{path} ran {done} env steps, the study asks {budget}: "
+                             "remove it or pick another out_dir")
+    return pending
+
+
+def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:
+    """Run one cell (config, cell, out_dir); return it, its final return and wall seconds."""
+    cfg, cell, out_dir = job
+    start = time.perf_counter()
+    path = out_dir / "curves" / f"{cell.name}.csv"
+    run_cell(cfg, cell, path)
+    return cell, float(read_csv(path)["return"][-1]), time.perf_counter() - start
+
+
+def pin_to_core(cores) -> None:
+    """Pool initializer: give this worker a core of its own where the OS allows it."""
+    core = cores.get()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+
+
+def run_grid(cfg: DictConfig, out_dir: Path, jobs: int = 1) -> list[Cell]:
+    """Run every cell that has no curve yet, ``jobs`` at a time; return the cells run now."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    work = [(cfg, cell, out_dir) for cell in pending_cells(cfg, out_dir)]
+    if jobs == 1 or len(work) <= 1:
+        return [report_cell(*timed_cell(job)) for job in work]
+    ctx = multiprocessing.get_context("spawn")
+    cores = ctx.Queue()
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    for i in range(jobs):
+        cores.put(available[i % len(available)] if available else i)
+    with ctx.Pool(jobs, initializer=pin_to_core, initargs=(cores,)) as pool:
+        return [report_cell(*r) for r in pool.imap_unordered(timed_cell, work)]
+
+
+def report_cell(cell: Cell, final_return: float, wall_s: float) -> Cell:
+    """Print one finished cell's line of the study's log."""
+    print(f"{cell.name}: final return {final_return:.3f}, {wall_s:.0f} s", flush=True)
+    return cell
 
 
 # ---------------------------------------------------------------------- summary
@@ -423,7 +460,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
 def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(cfg.out_dir))
     start = time.perf_counter()
-    ran = run_grid(cfg, out_dir)
+    ran = run_grid(cfg, out_dir, int(cfg.jobs))
     print(f"ran {len(ran)} of {len(grid_cells(cfg))} runs in {time.perf_counter() - start:.0f} s")
     report(cfg, out_dir)
     print(f"figures and summary in {out_dir}")

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -96,7 +97,7 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
     study = load_study()
     cfg = load_config("stagger_study", [
         f"out_dir={tmp_path}", "grid.schedules=[sync,staggered]", "grid.rollout_lengths=[8]",
-        "grid.seeds=[0]", "study.toy.num_envs=[16]", "study.toy.env_steps=2560",
+        "study.toy.seeds=[0]", "study.toy.num_envs=[16]", "study.toy.env_steps=2560",
         "study.toy.config.algo.policy.actor_hidden_dims=[16]",
         "study.toy.config.algo.policy.critic_hidden_dims=[16]"])
     ran = study.run_grid(cfg, tmp_path)
@@ -122,3 +123,23 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
     cfg.study.toy.env_steps = 5120
     with pytest.raises(ValueError, match="ran 2560 env steps"):
         study.run_grid(cfg, tmp_path)
+
+
+def test_study_runs_cells_in_parallel_with_the_same_curves(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # spawned workers import the module
+    study = load_study()
+    cfg = load_config("stagger_study", [
+        "grid.schedules=[sync,staggered]", "grid.rollout_lengths=[8]", "study.toy.seeds=[0]",
+        "study.toy.num_envs=[16]", "study.toy.env_steps=1280",
+        "study.toy.config.algo.policy.actor_hidden_dims=[16]",
+        "study.toy.config.algo.policy.critic_hidden_dims=[16]"])
+    ran = study.run_grid(cfg, tmp_path / "parallel", jobs=2)
+    assert sorted(c.name for c in ran) == ["staggered_K8_N16_s0", "sync_K8_N16_s0"]
+    study.run_grid(cfg, tmp_path / "serial")
+    for cell in ran:
+        a, b = (study.read_csv(tmp_path / d / "curves" / f"{cell.name}.csv")
+                for d in ("parallel", "serial"))
+        for column in a.keys() - {"wall_s"}:
+            assert np.array_equal(a[column], b[column], equal_nan=True), column
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        study.run_grid(cfg, tmp_path / "serial", jobs=0)
