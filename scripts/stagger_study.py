@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import csv
 import math
-import multiprocessing
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs import LocomotionEnv
 from locomotion.envs.toy_horizon import PhaseTrackingEnv
 from locomotion.rl.runner import Runner
+from locomotion.study import mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -129,25 +128,6 @@ def curve_row(runner: Runner, stats: dict, window: ReturnWindow, wall_s: float) 
     }
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    os.replace(tmp, path)
-
-
-def read_csv(path: Path) -> dict[str, np.ndarray]:
-    """A curve CSV as one float array per column."""
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
-
-
 def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
     """Train one cell for the study's env-step budget and write its curve to ``path``."""
     run_cfg = cell_config(cfg, cell)
@@ -194,27 +174,10 @@ def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:
     return cell, float(read_csv(path)["return"][-1]), time.perf_counter() - start
 
 
-def pin_to_core(cores) -> None:
-    """Pool initializer: give this worker a core of its own where the OS allows it."""
-    core = cores.get()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {core})
-
-
 def run_grid(cfg: DictConfig, out_dir: Path, jobs: int = 1) -> list[Cell]:
     """Run every cell that has no curve yet, ``jobs`` at a time; return the cells run now."""
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
     work = [(cfg, cell, out_dir) for cell in pending_cells(cfg, out_dir)]
-    if jobs == 1 or len(work) <= 1:
-        return [report_cell(*timed_cell(job)) for job in work]
-    ctx = multiprocessing.get_context("spawn")
-    cores = ctx.Queue()
-    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    for i in range(jobs):
-        cores.put(available[i % len(available)] if available else i)
-    with ctx.Pool(jobs, initializer=pin_to_core, initargs=(cores,)) as pool:
-        return [report_cell(*r) for r in pool.imap_unordered(timed_cell, work)]
+    return [report_cell(*result) for result in run_jobs(timed_cell, work, jobs)]
 
 
 def report_cell(cell: Cell, final_return: float, wall_s: float) -> Cell:
@@ -304,14 +267,6 @@ def write_summary(curves: dict[Cell, dict[str, np.ndarray]], rows: list[dict], o
 
 
 # ---------------------------------------------------------------------- figures
-def mean_band(curves: list[dict[str, np.ndarray]], x: str, y: str, points: int = 200):
-    """Seeds interpolated onto a common x grid: (x, mean, min, max)."""
-    end = min(c[x][-1] for c in curves)
-    grid = np.linspace(min(c[x][0] for c in curves), end, points)
-    ys = np.stack([np.interp(grid, c[x], np.nan_to_num(c[y], nan=0.0)) for c in curves])
-    return grid, ys.mean(0), ys.min(0), ys.max(0)
-
-
 def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]:
     groups: dict[tuple[str, int, int], list[dict]] = {}
     for cell in sorted(curves, key=lambda c: c.seed):

@@ -55,8 +55,8 @@ class SchedulerDriver:
     def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
         """Fold in this iteration's outcomes; re-allocate every ``every`` iterations.
 
-        Returns the scalars to log: per-subtask success rate, and on re-allocation the
-        progress, the new slot shares and each rank's rollout time.
+        Returns the scalars to log: per-subtask success rate and episode count, and on
+        re-allocation the progress, the new slot shares and each rank's rollout time.
         """
         local = self.subtasks.slots.counts("current", len(self.names)).double()
         stats = torch.cat((self._episodes, self._successes, local,
@@ -69,8 +69,11 @@ class SchedulerDriver:
         self._successes.zero_()
         rate = successes / episodes.clamp(min=1)
         self.scheduler.update(rate, episodes)
-        out = {f"multitask/success/{n}": float(r)
-               for n, r, e in zip(self.names, rate, episodes, strict=True) if e > 0}
+        out = {}
+        for n, r, e in zip(self.names, rate, episodes, strict=True):
+            if e > 0:
+                out[f"multitask/success/{n}"] = float(r)
+                out[f"multitask/episodes/{n}"] = float(e)
         rollout = gathered[:, -1]
         out["multitask/rollout_s_max_over_min"] = float(rollout.max() / rollout.min().clamp(
             min=1e-9))

@@ -229,7 +229,7 @@ class Runner:
         save_every = int(self.cfg.logging.save_interval)
         target = self.iteration + num_iterations
         finished = False
-        with _sigterm_as_interrupt(), self._progress(num_iterations) as progress:
+        with sigterm_as_interrupt(), self._progress(num_iterations) as progress:
             try:
                 while self.iteration < target:
                     stats = self.train_iteration()
@@ -404,7 +404,7 @@ def summary_line(stats: dict, short: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
     """Treat SIGTERM like Ctrl-C so a killed run still writes its checkpoint."""
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")

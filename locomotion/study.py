@@ -1,0 +1,77 @@
+"""What the study scripts share: curve CSVs that make a grid resumable, runs spread over
+pinned cores, and the seed bands their figures draw.
+
+A study trains many independent runs with the same budget and compares their curves. Each
+run writes its curve once, atomically, when it finishes, so a CSV that exists is a finished
+run and an interrupted study resumes by skipping those.
+"""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from locomotion.rl.runner import sigterm_as_interrupt
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
+    os.replace(tmp, path)
+
+
+def read_csv(path: Path) -> dict[str, np.ndarray]:
+    """A curve CSV as one float array per column."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def _pin_to_core(cores) -> None:
+    """Pool initializer: give this worker a core of its own where the OS allows it."""
+    core = cores.get()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+
+
+def run_jobs(fn: Callable, work: Iterable, jobs: int = 1) -> Iterator:
+    """``fn(item)`` for every item, ``jobs`` at a time, yielding results as they finish.
+
+    With ``jobs`` > 1 each worker process is pinned to its own core (Linux), so runs do not
+    share a core and their wall-clock curves stay comparable; ``fn`` must be importable by
+    the spawned workers. A killed study (SIGTERM, Ctrl-C) stops its workers too instead of
+    leaving them to finish runs nobody collects.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    work = list(work)
+    if jobs == 1 or len(work) <= 1:
+        yield from map(fn, work)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    cores = ctx.Queue()
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    for i in range(jobs):
+        cores.put(available[i % len(available)] if available else i)
+    with sigterm_as_interrupt(), ctx.Pool(jobs, initializer=_pin_to_core,
+                                          initargs=(cores,)) as pool:
+        yield from pool.imap_unordered(fn, work)
+
+
+def mean_band(curves: list[dict[str, np.ndarray]], x: str, y: str, points: int = 200):
+    """Seeds interpolated onto a common x grid: (x, mean, min, max); NaN counts as 0."""
+    end = min(c[x][-1] for c in curves)
+    grid = np.linspace(min(c[x][0] for c in curves), end, points)
+    ys = np.stack([np.interp(grid, c[x], np.nan_to_num(c[y], nan=0.0)) for c in curves])
+    return grid, ys.mean(0), ys.min(0), ys.max(0)

@@ -1,0 +1,241 @@
+"""Multitask allocation study: learning-progress scheduling vs uniform slots, over seeds.
+
+Every run trains the shared multitask policy (``task=multitask``) for the same number of
+iterations with one allocation and one seed, and writes per iteration each subtask's success
+rate, episode count and share of env slots to ``<out_dir>/curves/<allocation>_s<seed>.csv``.
+Runs whose CSV exists are skipped, so an interrupted study resumes. Then the summary (env
+steps until each subtask reaches its success threshold) and the figures are (re)drawn.
+
+    python scripts/multitask_study.py                      # 2 allocations x 3 seeds
+    python scripts/multitask_study.py jobs=2 seeds=[0]     # one seed, both runs at once
+
+A subtask counts as reached at the first iteration where its success rate over the last
+``window`` iterations (episode-weighted, at least ``min_episodes`` episodes) is at least
+``success_threshold``; a subtask that never gets there counts as never reached.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from locomotion.envs import LocomotionEnv
+from locomotion.rl.runner import Runner
+from locomotion.study import mean_band, read_csv, run_jobs, write_csv
+
+COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
+
+
+def run_name(allocation: str, seed: int) -> str:
+    return f"{allocation}_s{seed}"
+
+
+def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> dict:
+    """One CSV row: per subtask its success rate (NaN without episodes), episodes, share."""
+    mt = stats["multitask"]
+    shares = runner.env.multitask.slots.counts("current", len(names)).double()
+    shares = shares / shares.sum()
+    row = {"iteration": stats["iteration"], "env_steps": stats["env_steps"],
+           "wall_s": time.perf_counter() - start}
+    for i, n in enumerate(names):
+        row[f"success/{n}"] = mt.get(f"multitask/success/{n}", math.nan)
+        row[f"episodes/{n}"] = mt.get(f"multitask/episodes/{n}", 0.0)
+        row[f"share/{n}"] = float(shares[i])
+    return row
+
+
+def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
+    """Train one (allocation, seed) run and write its curve; return its name and seconds."""
+    cfg, allocation, seed, out_dir, runs_dir = job
+    name = run_name(allocation, seed)
+    run_cfg = OmegaConf.merge(cfg, {"seed": seed, "multitask": {"allocation": allocation}})
+    env = LocomotionEnv(run_cfg)
+    runner = Runner(env, run_cfg, log_dir=runs_dir / name)
+    names = env.multitask.names
+    rows: list[dict] = []
+    start = time.perf_counter()
+
+    def record(r: Runner, stats: dict) -> bool:
+        rows.append(curve_row(r, stats, names, start))
+        return False  # never stop early: every run gets the whole budget
+
+    try:
+        runner.learn(int(cfg.iterations), should_stop=record)
+    finally:
+        env.close()
+    write_csv(out_dir / "curves" / f"{name}.csv", rows)
+    return name, time.perf_counter() - start
+
+
+def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> list[str]:
+    """Run every (allocation, seed) without a curve yet; return the names run now."""
+    if not OmegaConf.select(cfg, "multitask.subtasks"):
+        raise ValueError("the multitask study needs subtasks: use task=multitask "
+                         f"(got task={cfg.task.name})")
+    work = []
+    for allocation in cfg.allocations:
+        for seed in cfg.seeds:
+            path = out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv"
+            if not path.exists():
+                work.append((cfg, str(allocation), int(seed), out_dir, runs_dir))
+            elif int(read_csv(path)["iteration"][-1]) != int(cfg.iterations):
+                raise ValueError(f"{path} ran {int(read_csv(path)['iteration'][-1])} "
+                                 f"iterations, the study asks {cfg.iterations}: remove it "
+                                 "or pick another out_dir")
+    ran = []
+    for name, seconds in run_jobs(run_one, work, jobs):
+        print(f"{name}: {seconds:.0f} s", flush=True)
+        ran.append(name)
+    return ran
+
+
+# ---------------------------------------------------------------------- summary
+def subtask_names(curve: dict[str, np.ndarray]) -> list[str]:
+    return [k.split("/", 1)[1] for k in curve if k.startswith("success/")]
+
+
+def windowed_success(curve: dict[str, np.ndarray], name: str, window: int,
+                     min_episodes: float) -> np.ndarray:
+    """Episode-weighted success rate over the last ``window`` iterations (NaN if too few)."""
+    episodes = curve[f"episodes/{name}"]
+    wins = np.nan_to_num(curve[f"success/{name}"]) * episodes
+    kernel = np.ones(window)
+    e = np.convolve(episodes, kernel)[:len(episodes)]
+    w = np.convolve(wins, kernel)[:len(episodes)]
+    return np.where(e >= min_episodes, w / np.maximum(e, 1e-9), np.nan)
+
+
+def steps_to_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict[str, float]:
+    """Env steps until each subtask first reaches the threshold (NaN: never), and 'all'."""
+    out = {}
+    for name in subtask_names(curve):
+        rate = windowed_success(curve, name, int(cfg.window), float(cfg.min_episodes))
+        hit = np.flatnonzero(rate >= float(cfg.success_threshold))
+        out[name] = float(curve["env_steps"][hit[0]]) if len(hit) else math.nan
+    out["all subtasks"] = max(out.values()) if not any(map(math.isnan, out.values())) \
+        else math.nan
+    return out
+
+
+def fmt_steps(values: list[float]) -> str:
+    reached = [v for v in values if not math.isnan(v)]
+    if not reached:
+        return f"never (0/{len(values)})"
+    spread = f" ± {np.std(reached) / 1e6:.1f}M" if len(reached) > 1 else ""
+    return f"{np.mean(reached) / 1e6:.1f}M{spread} ({len(reached)}/{len(values)})"
+
+
+def faster(x: float, y: float) -> bool:
+    """Whether env steps ``x`` beat ``y``, where NaN (never reached) loses to anything."""
+    return not math.isnan(x) and (math.isnan(y) or x < y)
+
+
+def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfig) -> str:
+    """Markdown: per subtask, env steps to threshold per allocation and paired seed wins."""
+    allocations = [str(a) for a in cfg.allocations]
+    seeds = sorted({seed for _, seed in steps})
+    rows = list(next(iter(steps.values())))
+    lines = [f"Env steps until the success rate reaches {cfg.success_threshold} (mean ± std "
+             f"over the seeds that reached it; reached/seeds)", "",
+             "| subtask | " + " | ".join(allocations) + " | seeds where "
+             f"{allocations[0]} is faster |", "|---|" + "---|" * (len(allocations) + 1)]
+    paired = [s for s in seeds if all((a, s) in steps for a in allocations[:2])]
+    for row in rows:
+        cells = [fmt_steps([steps[(a, s)][row] for s in seeds if (a, s) in steps])
+                 for a in allocations]
+        wins = sum(faster(steps[(allocations[0], s)][row], steps[(allocations[1], s)][row])
+                   for s in paired) if len(allocations) > 1 else 0
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {wins}/{len(paired)} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- figures
+def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
+    """Windowed success rate vs env steps: one panel per subtask, one band per allocation."""
+    import matplotlib.pyplot as plt
+
+    names = subtask_names(next(iter(curves.values())))
+    cols = 4
+    fig, axes = plt.subplots(math.ceil(len(names) / cols), cols, squeeze=False, sharey=True,
+                             figsize=(3.6 * cols, 2.8 * math.ceil(len(names) / cols)))
+    for i, name in enumerate(names):
+        ax = axes[i // cols][i % cols]
+        for allocation in cfg.allocations:
+            runs = [{"env_steps": c["env_steps"], "rate": windowed_success(
+                c, name, int(cfg.window), float(cfg.min_episodes))}
+                for (a, _), c in sorted(curves.items()) if a == allocation]
+            if not runs:
+                continue
+            x, mean, low, high = mean_band(runs, "env_steps", "rate")
+            ax.plot(x, mean, color=COLORS.get(allocation), label=allocation)
+            ax.fill_between(x, low, high, color=COLORS.get(allocation), alpha=0.2, linewidth=0)
+        ax.axhline(float(cfg.success_threshold), color="k", linestyle=":", linewidth=0.8)
+        ax.set_title(name)
+        ax.set_ylim(0, 1)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("success rate")
+    for ax in axes[-1]:
+        ax.set_xlabel("env steps")
+    axes[0][0].legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_allocation(curve: dict[str, np.ndarray], title: str, path: Path) -> None:
+    """Share of env slots per subtask over training (stacked)."""
+    import matplotlib.pyplot as plt
+
+    names = subtask_names(curve)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.stackplot(curve["env_steps"], *[curve[f"share/{n}"] for n in names], labels=names)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("share of env slots")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(cfg: DictConfig, out_dir: Path) -> None:
+    """summary.md and the figures from every curve of the study in ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    curves = {}
+    for allocation in cfg.allocations:
+        for seed in cfg.seeds:
+            path = out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv"
+            if path.exists():
+                curves[(str(allocation), int(seed))] = read_csv(path)
+    if not curves:
+        raise ValueError(f"no finished runs in {out_dir / 'curves'}")
+    steps = {key: steps_to_threshold(c, cfg) for key, c in curves.items()}
+    (out_dir / "summary.md").write_text(summary_table(steps, cfg))
+    plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")
+    first = min(curves)
+    plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")
+
+
+@hydra.main(config_path="../configs", config_name="multitask_study", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    out_dir = Path(to_absolute_path(cfg.out_dir))
+    start = time.perf_counter()
+    ran = run_study(cfg, out_dir, Path(to_absolute_path(cfg.runs_dir)), int(cfg.jobs))
+    print(f"ran {len(ran)} runs in {time.perf_counter() - start:.0f} s")
+    report(cfg, out_dir)
+    print(f"figures and summary in {out_dir}")
+
+
+if __name__ == "__main__":
+    main()

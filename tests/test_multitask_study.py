@@ -1,0 +1,84 @@
+"""The multitask allocation study: curves, resume, thresholds, report, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from locomotion.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
+         "terrain.levels=3", "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.1",
+         "algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]",
+         "success_threshold=0.0", "window=1", "min_episodes=1"]
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("multitask_study",
+                                                  ROOT / "scripts" / "multitask_study.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
+    study = load_study()
+    cfg = load_config("multitask_study", ["success_threshold=0.5", "window=2",
+                                          "min_episodes=4"])
+    curve = {"env_steps": np.array([10.0, 20, 30, 40]),
+             "success/a": np.array([1.0, 0.0, 1.0, 1.0]),
+             "episodes/a": np.array([2.0, 6, 1, 3]),
+             "success/b": np.array([np.nan, 0.0, 0.0, 0.2]),
+             "episodes/b": np.array([0.0, 5, 5, 5])}
+    # a: window sums (2 ep, 2 won) too few, (8, 2) 0.25, (7, 1) 0.14, (4, 4) 1.0 -> 40
+    rate = study.windowed_success(curve, "a", 2, 4)
+    assert math.isnan(rate[0]) and rate[1:].tolist() == pytest.approx([0.25, 1 / 7, 1.0])
+    steps = study.steps_to_threshold(curve, cfg)
+    assert steps["a"] == 40 and math.isnan(steps["b"]) and math.isnan(steps["all subtasks"])
+    table = study.summary_table({("learning_progress", 0): steps,
+                                 ("uniform", 0): {"a": 30.0, "b": 10.0,
+                                                  "all subtasks": 30.0}}, cfg)
+    assert "| a | 0.0M (1/1) | 0.0M (1/1) | 0/1 |" in table
+    assert "| b | never (0/1) |" in table
+
+
+def test_study_runs_resumes_and_reports(tmp_path):
+    study = load_study()
+    cfg = load_config("multitask_study", SMALL)
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    assert sorted(study.run_study(cfg, out, runs)) == ["learning_progress_s0", "uniform_s0"]
+    curve = study.read_csv(out / "curves" / "learning_progress_s0.csv")
+    names = study.subtask_names(curve)
+    assert names == ["flat", "rough", "stairs_slopes", "push_recovery", "trot", "pace",
+                     "bound", "pronk"]
+    assert curve["iteration"].tolist() == [1, 2]
+    shares = np.stack([curve[f"share/{n}"] for n in names])
+    assert shares.sum(0) == pytest.approx(1.0) and (shares > 0).all()  # floors hold
+    assert sum(curve[f"episodes/{n}"].sum() for n in names) > 0
+    assert (runs / "learning_progress_s0" / "checkpoints" / "latest.pt").exists()
+
+    stamp = (out / "curves" / "uniform_s0.csv").stat().st_mtime_ns
+    assert study.run_study(cfg, out, runs) == []  # finished runs are skipped
+    assert (out / "curves" / "uniform_s0.csv").stat().st_mtime_ns == stamp
+    study.report(cfg, out)
+    assert "| flat |" in (out / "summary.md").read_text()
+    for name in ("success_vs_env_steps", "allocation"):
+        assert (out / f"{name}.png").stat().st_size > 0
+
+    cfg.iterations = 3
+    with pytest.raises(ValueError, match="ran 2 iterations, the study asks 3"):
+        study.run_study(cfg, out, runs)
+
+
+def test_study_needs_the_multitask_task(tmp_path):
+    study = load_study()
+    cfg = load_config("multitask_study", ["task=flat_velocity", "multitask=none"])
+    with pytest.raises(ValueError, match="needs subtasks: use task=multitask"):
+        study.run_study(cfg, tmp_path, tmp_path)
