@@ -187,9 +187,15 @@ def report_cell(cell: Cell, final_return: float, wall_s: float) -> Cell:
 
 
 # ---------------------------------------------------------------------- summary
-def first_crossing(curve: dict[str, np.ndarray], threshold: float) -> tuple[float, float]:
-    """(env steps, wall s) of the first point whose return reaches ``threshold``, else NaN."""
-    hit = np.flatnonzero(curve["return"] >= threshold)
+def first_crossing(curve: dict[str, np.ndarray], threshold: float,
+                   num_envs: int) -> tuple[float, float]:
+    """(env steps, wall s) of the first point whose return reaches ``threshold``, else NaN.
+
+    Only points whose window holds at least ``num_envs / 2`` episodes count: early on a
+    window can hold a handful of episodes that ended by falling, whose mean says nothing
+    about the policy.
+    """
+    hit = np.flatnonzero((curve["return"] >= threshold) & (curve["episodes"] >= num_envs / 2))
     if not len(hit):
         return math.nan, math.nan
     return float(curve["env_steps"][hit[0]]), float(curve["wall_s"][hit[0]])
@@ -204,7 +210,8 @@ def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> li
     order = list(COLORS)
     for (schedule, k, n), cells in sorted(groups.items(),
                                           key=lambda g: (g[0][1], g[0][2], order.index(g[0][0]))):
-        steps, wall = zip(*(first_crossing(curves[c], threshold) for c in cells), strict=True)
+        steps, wall = zip(*(first_crossing(curves[c], threshold, c.num_envs) for c in cells),
+                          strict=True)
         reached = [s for s in steps if not math.isnan(s)]
         final = [float(curves[c]["return"][-1]) for c in cells]
         rows.append({
@@ -240,7 +247,8 @@ def paired_wins(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> 
     """Per (K, N), in how many seeds each schedule reached the threshold in fewer env steps
     than sync with the same seed (a run that never reaches it counts as infinitely slow)."""
     def steps(cell: Cell) -> float:
-        s = first_crossing(curves[cell], threshold)[0] if cell in curves else math.nan
+        s = first_crossing(curves[cell], threshold, cell.num_envs)[0] if cell in curves \
+            else math.nan
         return math.inf if math.isnan(s) else s
 
     lines = ["| K | N | schedule | seeds faster than sync (same seed) |", "|---|---|---|---|"]

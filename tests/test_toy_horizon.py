@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -143,3 +144,12 @@ def test_study_runs_cells_in_parallel_with_the_same_curves(tmp_path, monkeypatch
             assert np.array_equal(a[column], b[column], equal_nan=True), column
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         study.run_grid(cfg, tmp_path / "serial", jobs=0)
+
+
+def test_threshold_crossing_needs_a_window_of_half_the_envs():
+    study = load_study()
+    curve = {"env_steps": np.array([10.0, 20, 30]), "wall_s": np.array([1.0, 2, 3]),
+             "return": np.array([15.0, 9.0, 13.0]), "episodes": np.array([1.0, 512, 600])}
+    assert study.first_crossing(curve, 12.0, 1024) == (30.0, 3.0)  # one early fall is no hit
+    assert study.first_crossing(curve, 12.0, 2) == (10.0, 1.0)
+    assert all(map(math.isnan, study.first_crossing(curve, 20.0, 2)))
