@@ -38,6 +38,18 @@ def read_csv(path: Path) -> dict[str, np.ndarray]:
     return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
 
 
+def finished(path: Path, column: str, budget: int, unit: str) -> bool:
+    """Whether ``path`` holds a finished run; one that ran another budget is an error, so a
+    changed study never mixes budgets in one table."""
+    if not path.exists():
+        return False
+    done = int(read_csv(path)[column][-1])
+    if done != budget:
+        raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
+                         "pick another out_dir")
+    return True
+
+
 def _pin_to_core(cores) -> None:
     """Pool initializer: give this worker a core of its own where the OS allows it."""
     core = cores.get()

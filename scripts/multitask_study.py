@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs import LocomotionEnv
 from locomotion.rl.runner import Runner
-from locomotion.study import mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import finished, mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
 
@@ -78,16 +78,10 @@ def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> 
     if not OmegaConf.select(cfg, "multitask.subtasks"):
         raise ValueError("the multitask study needs subtasks: use task=multitask "
                          f"(got task={cfg.task.name})")
-    work = []
-    for allocation in cfg.allocations:
-        for seed in cfg.seeds:
-            path = out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv"
-            if not path.exists():
-                work.append((cfg, str(allocation), int(seed), out_dir, runs_dir))
-            elif int(read_csv(path)["iteration"][-1]) != int(cfg.iterations):
-                raise ValueError(f"{path} ran {int(read_csv(path)['iteration'][-1])} "
-                                 f"iterations, the study asks {cfg.iterations}: remove it "
-                                 "or pick another out_dir")
+    work = [(cfg, str(allocation), int(seed), out_dir, runs_dir)
+            for allocation in cfg.allocations for seed in cfg.seeds
+            if not finished(out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv",
+                            "iteration", int(cfg.iterations), "iterations")]
     ran = []
     for name, seconds in run_jobs(run_one, work, jobs):
         print(f"{name}: {seconds:.0f} s", flush=True)

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs import LocomotionEnv
 from locomotion.envs.toy_horizon import PhaseTrackingEnv
 from locomotion.rl.runner import Runner
-from locomotion.study import mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import finished, mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -150,19 +150,10 @@ def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
 
 
 def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
-    """The cells without a finished curve, checking finished ones ran the study's budget."""
+    """The cells without a finished curve (finished ones must have run the study's budget)."""
     budget = int(study_settings(cfg).env_steps)
-    pending = []
-    for cell in grid_cells(cfg):
-        path = out_dir / "curves" / f"{cell.name}.csv"
-        if not path.exists():
-            pending.append(cell)
-            continue
-        done = int(read_csv(path)["env_steps"][-1])
-        if done != budget:
-            raise ValueError(f"{path} ran {done} env steps, the study asks {budget}: "
-                             "remove it or pick another out_dir")
-    return pending
+    return [cell for cell in grid_cells(cfg) if not finished(
+        out_dir / "curves" / f"{cell.name}.csv", "env_steps", budget, "env steps")]
 
 
 def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:
