@@ -27,6 +27,7 @@ from locomotion.rl.runner import run_training
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     dist = Distributed.from_environment(cfg.device)
+    finished = False
     try:
         if dist is not None:
             run_dir = Path(dist.broadcast_object(str(run_dir)))  # rank 0's, on every rank
@@ -38,9 +39,10 @@ def main(cfg: DictConfig) -> None:
                           "group starts a new run directory instead of resuming this one",
                           flush=True)
         runner = run_training(cfg, run_dir, dist, resume_latest=cfg.run_dir is not None)
+        finished = True
     finally:
         if dist is not None:
-            dist.close()
+            dist.close(finished)
     if not runner.is_main:
         return
     print(f"checkpoint: {runner.checkpoint_path}")

@@ -197,9 +197,14 @@ class Distributed:
         """Rank 0 logs, prints and writes checkpoints."""
         return self.rank == 0
 
-    def close(self) -> None:
-        """Leave the group (all ranks together, at the end of a run)."""
+    def close(self, finished: bool = False) -> None:
+        """Leave the group. ``finished``: the run ended normally on every rank, so each first
+        waits for the others and none tears down its connections while a peer's last
+        collective is still in flight (gloo aborts the process when that happens). After a
+        failure a rank just leaves: a peer may never reach the barrier."""
         if dist.is_initialized():
+            if finished:
+                dist.barrier()
             dist.destroy_process_group()
 
     # ------------------------------------------------------------------ configuration
