@@ -19,6 +19,11 @@ import numpy as np
 from locomotion.rl.runner import sigterm_as_interrupt
 
 
+def curve_path(out_dir: Path, name: str) -> Path:
+    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve."""
+    return out_dir / "curves" / f"{name}.csv"
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
     path.parent.mkdir(parents=True, exist_ok=True)

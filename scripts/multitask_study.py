@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs import LocomotionEnv
 from locomotion.rl.runner import Runner
-from locomotion.study import finished, mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
 
@@ -69,7 +69,7 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
         runner.learn(int(cfg.iterations), should_stop=record)
     finally:
         env.close()
-    write_csv(out_dir / "curves" / f"{name}.csv", rows)
+    write_csv(curve_path(out_dir, name), rows)
     return name, time.perf_counter() - start
 
 
@@ -80,7 +80,7 @@ def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> 
                          f"(got task={cfg.task.name})")
     work = [(cfg, str(allocation), int(seed), out_dir, runs_dir)
             for allocation in cfg.allocations for seed in cfg.seeds
-            if not finished(out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv",
+            if not finished(curve_path(out_dir, run_name(allocation, int(seed))),
                             "iteration", int(cfg.iterations), "iterations")]
     ran = []
     for name, seconds in run_jobs(run_one, work, jobs):
@@ -209,7 +209,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     curves = {}
     for allocation in cfg.allocations:
         for seed in cfg.seeds:
-            path = out_dir / "curves" / f"{run_name(allocation, int(seed))}.csv"
+            path = curve_path(out_dir, run_name(allocation, int(seed)))
             if path.exists():
                 curves[(str(allocation), int(seed))] = read_csv(path)
     if not curves:

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs import LocomotionEnv
 from locomotion.envs.toy_horizon import PhaseTrackingEnv
 from locomotion.rl.runner import Runner
-from locomotion.study import finished, mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -128,8 +128,9 @@ def curve_row(runner: Runner, stats: dict, window: ReturnWindow, wall_s: float) 
     }
 
 
-def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
-    """Train one cell for the study's env-step budget and write its curve to ``path``."""
+def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:
+    """Train one cell for the study's env-step budget, write its curve to ``path`` and
+    return its final return."""
     run_cfg = cell_config(cfg, cell)
     env = make_env(run_cfg)
     runner = Runner(env, run_cfg)
@@ -147,22 +148,22 @@ def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> None:
     finally:
         env.close()
     write_csv(path, rows)
+    return float(rows[-1]["return"])
 
 
 def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
     """The cells without a finished curve (finished ones must have run the study's budget)."""
     budget = int(study_settings(cfg).env_steps)
     return [cell for cell in grid_cells(cfg) if not finished(
-        out_dir / "curves" / f"{cell.name}.csv", "env_steps", budget, "env steps")]
+        curve_path(out_dir, cell.name), "env_steps", budget, "env steps")]
 
 
 def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:
     """Run one cell (config, cell, out_dir); return it, its final return and wall seconds."""
     cfg, cell, out_dir = job
     start = time.perf_counter()
-    path = out_dir / "curves" / f"{cell.name}.csv"
-    run_cell(cfg, cell, path)
-    return cell, float(read_csv(path)["return"][-1]), time.perf_counter() - start
+    final_return = run_cell(cfg, cell, curve_path(out_dir, cell.name))
+    return cell, final_return, time.perf_counter() - start
 
 
 def run_grid(cfg: DictConfig, out_dir: Path, jobs: int = 1) -> list[Cell]:
@@ -400,7 +401,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     matplotlib.use("Agg")
     study = study_settings(cfg)
     threshold = float(study.threshold)
-    curves = {c: read_csv(out_dir / "curves" / f"{c.name}.csv") for c in grid_cells(cfg)}
+    curves = {c: read_csv(curve_path(out_dir, c.name)) for c in grid_cells(cfg)}
     rows = summarize(curves, threshold)
     write_summary(curves, rows, out_dir, threshold, int(study.env_steps))
     plot_returns(curves, "env_steps", threshold, out_dir / "return_vs_env_steps.png")
