@@ -33,7 +33,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs import LocomotionEnv
-from locomotion.envs.toy_horizon import PhaseTrackingEnv
+from locomotion.envs.toy_horizon import PhaseTargetEnv
 from locomotion.rl.runner import Runner
 from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
 
@@ -87,9 +87,9 @@ def cell_config(cfg: DictConfig, cell: Cell) -> DictConfig:
         "algo": {"num_steps": cell.rollout_length}, "reset": {"schedule": cell.schedule}})
 
 
-def make_env(cfg: DictConfig) -> PhaseTrackingEnv | LocomotionEnv:
+def make_env(cfg: DictConfig) -> PhaseTargetEnv | LocomotionEnv:
     """The toy for ``task=toy``, the quadruped env for every other task."""
-    return PhaseTrackingEnv(cfg) if cfg.task.name == "toy" else LocomotionEnv(cfg)
+    return PhaseTargetEnv(cfg) if cfg.task.name == "toy" else LocomotionEnv(cfg)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

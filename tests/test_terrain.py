@@ -204,7 +204,8 @@ def test_spawn_curriculum_and_resume_in_env(make_env):
 
 # ------------------------------------------------------------------ height scan, standing
 def test_height_scan_on_flat_ground_is_base_height(make_env):
-    env = make_env("task=rough", "terrain=flat", "num_envs=4")
+    env = make_env("task=rough", "terrain=flat", "num_envs=4",
+                   "task.height_scan.in_policy=false")
     assert env.terrain is None and env.model.geom("ground").type == mujoco.mjtGeom.mjGEOM_PLANE
     for _ in range(3):
         env.step(torch.zeros(4, env.num_actions))
@@ -213,8 +214,7 @@ def test_height_scan_on_flat_ground_is_base_height(make_env):
     assert scan.shape == (4, 17 * 11)
     assert torch.equal(scan, w.base_pos[:, 2:3].expand_as(scan))
     assert env.observation_sizes["critic"] == env.observation_sizes["policy"] + 4 + 1 + 187
-    in_policy = make_env("task=rough", "terrain=flat", "num_envs=4",
-                         "task.height_scan.in_policy=true")
+    in_policy = make_env("task=rough", "terrain=flat", "num_envs=4")
     assert in_policy.observation_sizes["policy"] == env.observation_sizes["policy"] + 187
 
 

@@ -1,23 +1,24 @@
-"""A physics-free horizon toy where cyclical nonstationarity is plain: phase-target tracking.
+"""A physics-free horizon toy where cyclical nonstationarity is plain: a phase-dependent target.
 
-A point ``x`` in the plane must follow a fixed closed path ``c(phase)`` with
-``phase = step / H``. The path is hidden: the agent observes only ``x`` and the phase (as
-cos/sin of its first F harmonics), so the right action ``(c(phase') - x) / step_size`` is a
-different function in every part of the episode, and the reward weight ``w(phase)`` (mean 1)
-makes the values differ too.
+At every step the agent must output the action ``a*(phase)``, a fixed smooth closed curve of
+the episode phase ``phase = step / H``; it observes only the phase (as cos/sin of its first F
+harmonics). The reward is ``w(phase) * exp(-(|a - a*(phase)| / tol)^2) / H`` with a weight
+``w`` of mean 1, so the values differ along the horizon too, and an episode's return reads
+as a share of the best (1).
 
 Why it exposes the effect: with synchronized resets and K << H, iteration j trains actor and
 critic only on phases [(j-1)K, jK) / H. Nothing in the batch pins down what the networks do
 at the other phases (the KL and clip limits are measured on the batch only), and the phase
 features are global, so fitting the current slice moves the functions at every other phase:
-what was learned there is forgotten and the full-episode return keeps falling back. When
-every batch covers the whole horizon, each update fits all phases at once. The return of an
-episode is the mean over its steps of ``w * exp(-(|x - c| / tol)^2)``: 1 is perfect tracking
-of the whole path, so a threshold reads as a share of the best.
+what was learned there is forgotten by the time the slice comes round again, and the
+full-episode return climbs slowly. When every batch covers the whole horizon, each update
+fits all phases at once. The env has no state besides the phase, so the task itself is a
+plain regression that PPO solves reliably; any gap between schedules is the schedule's.
 
-Because the phase is read from the episode counter, ``random_counter`` desynchronizes the
-data from the first step as well; it differs from ``staggered`` only in that ``x`` starts at
-its reset value at a random phase instead of having been stepped to that phase.
+For the same reason ``random_counter`` and ``staggered`` differ here only in their first
+episode: an env holds nothing that a warm-up could advance, so a staggered start sets the
+counter and nothing else. What a staggered warm-up adds (states an env has really reached
+by that phase) is measured on the quadruped.
 The API (``reset(warmup_policy)``, ``step``, ``obs``, ``phase``, ``state_dict``...) is the one
 of ``LocomotionEnv``, so ``locomotion.rl.runner.Runner`` trains on it unchanged.
 """
@@ -43,31 +44,28 @@ class ToySpec:
     name: str
 
 
-class PhasePath:
-    """A closed path ``c(phase)`` in ``dim`` dimensions: a random Fourier series.
+class PhaseCurve:
+    """A closed curve ``c(phase)`` in ``dim`` dimensions: a random Fourier series.
 
-    Coefficients decay as 1/m so the path is smooth; the path is scaled so that its fastest
-    displacement per control step is ``speed`` (the agent can move ``step_size`` per step).
+    Coefficients decay as 1/m so the curve is smooth; it is scaled so that its largest
+    coordinate is ``peak``, inside the action range [-1, 1].
     """
 
-    def __init__(self, dim: int, harmonics: int, horizon: int, speed: float, seed: int):
+    def __init__(self, dim: int, harmonics: int, peak: float, seed: int):
         gen = torch.Generator().manual_seed(seed)
         m = torch.arange(1, harmonics + 1, dtype=torch.float32)
         self.freqs = 2.0 * math.pi * m
-        coeffs = torch.randn(2, harmonics, dim, generator=gen) / m[:, None]
-        self.coeffs = coeffs
-        fine = torch.arange(16 * horizon + 1) / (16 * horizon)
-        per_step = (self(fine[16:]) - self(fine[:-16])).norm(dim=1).max()
-        self.coeffs = coeffs * (speed / per_step)
+        self.coeffs = torch.randn(2, harmonics, dim, generator=gen) / m[:, None]
+        self.coeffs *= peak / self(torch.arange(1024) / 1024).abs().max()
 
     def __call__(self, phase: torch.Tensor) -> torch.Tensor:
-        """Path points [n, dim] at ``phase`` [n] (period 1)."""
+        """Curve points [n, dim] at ``phase`` [n] (period 1)."""
         angle = phase[:, None] * self.freqs
         return angle.cos() @ self.coeffs[0] + angle.sin() @ self.coeffs[1]
 
 
-class PhaseTrackingEnv:
-    """N envs tracking the hidden path; no terminations, time-out at H, autoreset."""
+class PhaseTargetEnv:
+    """N envs that must act ``a*(phase)``; no terminations, time-out at H, autoreset."""
 
     multitask = None  # one task: nothing for the runner's scheduler to size
 
@@ -80,24 +78,20 @@ class PhaseTrackingEnv:
         self.max_episode_length = int(task.horizon)
         self.spec = ToySpec(str(task.name))
         self.device = torch.device("cpu")
-        self.step_size = float(task.step_size)
         self.tolerance = float(task.tolerance)
         self.reward_amplitude = float(task.reward_amplitude)
-        self.init_noise = float(task.init_noise)
         self.phase_freqs = 2.0 * math.pi * torch.arange(1, int(task.phase_features) + 1)
-        self.path = PhasePath(self.num_actions, int(task.harmonics), self.max_episode_length,
-                              float(task.path_speed) * self.step_size, int(task.path_seed))
+        self.target = PhaseCurve(self.num_actions, int(task.harmonics), float(task.target_peak),
+                                 int(task.target_seed))
         self.gen = torch.Generator().manual_seed(int(cfg.seed))
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
         self.phase = PhaseHistogram(int(task.phase_bins))
         self.diverged_count = 0
-        self.x = torch.zeros(self.num_envs, self.num_actions)
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
-        self._episode_sums = {k: torch.zeros(self.num_envs) for k in ("return", "tracking_error")}
-        self.obs: Obs = {}
-        self._reset_envs(torch.arange(self.num_envs))  # observations exist from the start
+        self._episode_sums = {k: torch.zeros(self.num_envs) for k in ("return", "action_error")}
+        self.obs: Obs = self._observe()
 
     # ------------------------------------------------------------------ api
     @property
@@ -105,34 +99,28 @@ class PhaseTrackingEnv:
         return {k: v.shape[1] for k, v in self.obs.items()}
 
     def reward_weight(self, phase: torch.Tensor) -> torch.Tensor:
-        """How much tracking counts at ``phase``: ``1 + a sin(2 pi phase)``, mean 1 over H."""
+        """How much the action counts at ``phase``: ``1 + a sin(2 pi phase)``, mean 1 over H."""
         return 1.0 + self.reward_amplitude * torch.sin(2.0 * math.pi * phase)
 
     def optimal_actions(self) -> torch.Tensor:
-        """The actions that land every env on the path at its next step [N, dim]."""
-        target = self.path((self.episode_length + 1) / self.max_episode_length)
-        return ((target - self.x) / self.step_size).clamp(-1.0, 1.0)
+        """The right action of every env at its current phase [N, dim]."""
+        return self.target(self.episode_length / self.max_episode_length)
 
     def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None) -> Obs:
-        """Reset every env and apply the reset schedule; returns the first observation.
+        """Reset every env and start it where the reset schedule says.
 
-        As in ``LocomotionEnv``, ``staggered`` steps the batch (with the schedule's warm-up
-        actions) so that each group enters training ``offset`` steps into an episode.
+        ``warmup_policy`` is accepted for API parity and unused: there is no state to advance,
+        so a staggered group starts by setting its counter to its offset.
         """
-        self.obs = {}
-        self._reset_envs(torch.arange(self.num_envs))
-        if self.schedule.prewarm:
-            self._prewarm(warmup_policy)
-        else:
-            self.episode_length[:] = self.schedule.initial_counters(self.gen)
-            self.obs = self._observe({})
+        self.episode_length[:] = self.schedule.initial_counters(self.gen)
         for v in self._episode_sums.values():
             v.zero_()
         self.phase.pop()
+        self.obs = self._observe()
         return self.obs
 
     def step(self, actions: torch.Tensor):
-        """Move every point by ``step_size * clip(action, -1, 1)``; autoreset at the time-out.
+        """Reward the actions (clipped to [-1, 1]) against the target; autoreset at the time-out.
 
         Unlike ``LocomotionEnv``, the returned observation dict is new at every step and never
         written to afterwards, so a learner may keep the observation an action was taken on.
@@ -143,26 +131,24 @@ class PhaseTrackingEnv:
                              f"(num_envs, num_actions), got {tuple(actions.shape)}")
         if not torch.isfinite(actions).all():
             raise ValueError("actions contain NaN or inf")
-        self.x += self.step_size * actions.clamp(-1.0, 1.0)
-        self.episode_length += 1
-        self.phase.record(self.episode_length - 1, self.max_episode_length)
         phase = self.episode_length / self.max_episode_length
-        error = (self.x - self.path(phase)).norm(dim=1)
+        error = (actions.clamp(-1.0, 1.0) - self.target(phase)).norm(dim=1)
         closeness = torch.exp(-(error / self.tolerance) ** 2)
         reward = self.reward_weight(phase) * closeness / self.max_episode_length
+        self.episode_length += 1
+        self.phase.record(self.episode_length - 1, self.max_episode_length)
         self._episode_sums["return"] += reward
-        self._episode_sums["tracking_error"] += error
+        self._episode_sums["action_error"] += error
         terminated = torch.zeros(self.num_envs, dtype=torch.bool)
         truncated = self.episode_length >= self.max_episode_length
-        obs = self._observe({})
         info: dict = {}
         done_ids = truncated.nonzero().squeeze(1)
         if len(done_ids):
-            info["final_obs"] = {k: v.clone() for k, v in obs.items()}
+            info["final_obs"] = self._observe()
             info["episode"] = self._finish_episodes(done_ids)
-            self._reset_envs(done_ids, obs)
-        self.obs = obs
-        return obs, reward, terminated, truncated, info
+            self.episode_length[done_ids] = 0
+        self.obs = self._observe()
+        return self.obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Nothing to release; present for API parity with ``LocomotionEnv``."""
@@ -172,9 +158,7 @@ class PhaseTrackingEnv:
         return {
             "num_envs": self.num_envs,
             "robot": self.spec.name,
-            "x": self.x.clone(),
             "episode_length": self.episode_length.clone(),
-            "obs": {k: v.clone() for k, v in self.obs.items()},
             "episode_sums": {k: v.clone() for k, v in self._episode_sums.items()},
             "schedule": self.schedule.state_dict(),
             "generator": self.gen.get_state(),
@@ -186,46 +170,26 @@ class PhaseTrackingEnv:
                 f"env state is for {state['num_envs']} envs of {state['robot']!r}; this env "
                 f"has {self.num_envs} envs of {self.spec.name!r}"
             )
-        self.x.copy_(state["x"])
         self.episode_length.copy_(state["episode_length"])
-        self.obs = {k: v.clone() for k, v in state["obs"].items()}
         for k, v in state["episode_sums"].items():
             self._episode_sums[k].copy_(v)
         self.schedule.load_state_dict(state["schedule"])
         self.gen.set_state(state["generator"])
+        self.obs = self._observe()
 
     # ------------------------------------------------------------------ internals
-    def _observe(self, obs: Obs, env_ids: torch.Tensor | None = None) -> Obs:
-        """Write ``[x, cos 2 pi m phase, sin 2 pi m phase (m = 1..F)]`` of ``env_ids`` into obs."""
-        ids = slice(None) if env_ids is None else env_ids
-        angle = (self.episode_length[ids] / self.max_episode_length)[:, None] * self.phase_freqs
-        fresh = torch.cat((self.x[ids], angle.cos(), angle.sin()), dim=1)
-        for group in ("policy", "critic"):
-            if group not in obs:
-                obs[group] = torch.zeros(self.num_envs, fresh.shape[1])
-            obs[group][ids] = fresh
-        return obs
-
-    def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
-        """Restart ``env_ids`` near the path start and write their first observation."""
-        start = self.path(torch.zeros(len(env_ids)))
-        noise = torch.randn(len(env_ids), self.num_actions, generator=self.gen)
-        self.x[env_ids] = start + self.init_noise * noise
-        self.episode_length[env_ids] = 0
-        self._observe(self.obs if obs is None else obs, env_ids)
-
-    def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
-        """Run the reset schedule's warm-up (every env is stepped; steps cost microseconds)."""
-        shape = (self.num_envs, self.num_actions)
-        self.schedule.warm_up(self._reset_envs, lambda started: self.step(
-            self.schedule.warmup_actions(self.obs, shape, self.gen, warmup_policy)))
+    def _observe(self) -> Obs:
+        """``[cos 2 pi m phase, sin 2 pi m phase (m = 1..F)]`` for both observation groups."""
+        angle = (self.episode_length / self.max_episode_length)[:, None] * self.phase_freqs
+        features = torch.cat((angle.cos(), angle.sin()), dim=1)
+        return {"policy": features, "critic": features.clone()}
 
     def _finish_episodes(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""
         length = self.episode_length[ids].float()
         out = {"length": length, "timeout": torch.ones(len(ids)),
                "return": self._episode_sums["return"][ids].clone(),
-               "tracking_error": self._episode_sums["tracking_error"][ids] / length}
+               "action_error": self._episode_sums["action_error"][ids] / length}
         for v in self._episode_sums.values():
             v[ids] = 0.0
         return out
