@@ -7,13 +7,20 @@ backends are interchangeable. Reward weights and observation scales come from co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig
 
-from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse, yaw_quat
+from locomotion.envs.rotations import (
+    heading,
+    projected_gravity,
+    quat_rotate_inverse,
+    wrap_angle,
+    yaw_quat,
+)
 from locomotion.sim.backend import SimBackend
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
@@ -74,6 +81,15 @@ class VelocityTask:
         c = cfg.commands
         ranges = torch.tensor([c.lin_vel_x, c.lin_vel_y, c.ang_vel_yaw], dtype=f32)
         self.command_range = ranges.repeat(num_envs, 1, 1)  # [N, 3, (low, high)], CPU
+        steering = c.get("heading")
+        self.heading_fraction = float(steering.fraction) if steering else 0.0
+        self.heading_stiffness = float(steering.stiffness) if steering else 0.0
+        if not 0.0 <= self.heading_fraction <= 1.0 or self.heading_stiffness < 0:
+            raise ValueError(f"commands.heading needs 0 <= fraction <= 1 and stiffness >= 0, "
+                             f"got fraction {self.heading_fraction}, stiffness "
+                             f"{self.heading_stiffness}")
+        self.heading = torch.zeros(num_envs, device=dev)  # target yaw of steered envs, rad
+        self.steered = torch.zeros(num_envs, dtype=torch.bool, device=dev)
         self.gait = GaitClock(cfg.gaits, len(spec.feet), num_envs, generator, dev) \
             if cfg.get("gaits") else None
         self.command_timer = torch.zeros(num_envs, device=dev)
@@ -120,6 +136,10 @@ class VelocityTask:
         stand = (torch.rand(n, generator=self.gen) < c.standing_fraction).to(self.device)
         self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
         self.command_timer[env_ids] = c.resample_time_s
+        if self.heading_fraction > 0:
+            self.heading[env_ids] = self._uniform(n, (-math.pi, math.pi))
+            steer = torch.rand(n, generator=self.gen) < self.heading_fraction
+            self.steered[env_ids] = steer.to(self.device) & ~stand
 
     def initial_state(self, env_ids: torch.Tensor, nq: int, nv: int):
         """Spawn states for ``env_ids``: default pose scaled, random heading, small velocity."""
@@ -144,19 +164,30 @@ class VelocityTask:
         self.last_contact[env_ids] = True  # spawned standing on its feet
         self.last_joint_vel[env_ids] = 0.0
 
-    def advance_commands(self) -> None:
-        """Count down command timers and resample the expired ones."""
+    def advance_commands(self, world: World) -> None:
+        """Count down command timers, resample the expired ones and steer to headings.
+
+        A steered env's yaw-rate command is ``stiffness x`` its heading error, clipped to its
+        yaw-rate range: the robot walks a straight line in a drawn direction instead of a
+        circle, so how far it gets from its spawn point measures how well it walks.
+        """
         self.command_timer -= self.dt
         if self.gait is not None:
             self.gait.advance(self.dt)
         expired = (self.command_timer <= 0).nonzero().squeeze(1)
         if len(expired):
             self.sample_commands(expired)
+        if self.heading_fraction > 0:
+            rate = self.heading_stiffness * wrap_angle(self.heading - heading(world.base_quat))
+            limits = self.command_range[:, 2].to(self.device)
+            rate = torch.clamp(rate, limits[:, 0], limits[:, 1])
+            self.commands[:, 2] = torch.where(self.steered, rate, self.commands[:, 2])
 
     _STATE = ("commands", "command_timer", "air_time", "last_contact", "last_joint_vel")
+    _STEERING = ("heading", "steered")  # absent from checkpoints made before headings
 
     def state_dict(self) -> dict:
-        state = {k: getattr(self, k).clone() for k in self._STATE}
+        state = {k: getattr(self, k).clone() for k in self._STATE + self._STEERING}
         state["command_range"] = self.command_range.clone()
         if self.gait is not None:
             state["gait"] = self.gait.state_dict()
@@ -165,6 +196,9 @@ class VelocityTask:
     def load_state_dict(self, state: dict) -> None:
         for k in self._STATE:
             getattr(self, k).copy_(state[k])
+        for k in self._STEERING:
+            if k in state:
+                getattr(self, k).copy_(state[k])
         if "command_range" in state:
             self.command_range.copy_(state["command_range"])
         if self.gait is not None:

@@ -3,12 +3,13 @@
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from locomotion.envs import PhaseHistogram, ResetSchedule
-from locomotion.envs.rotations import projected_gravity
+from locomotion.envs.rotations import projected_gravity, yaw_quat
 from tasks.velocity import REWARD_TERMS
 
 N = 16
@@ -242,6 +243,26 @@ def test_phase_histogram_uniformity():
     _, u = hist.pop()
     assert u == pytest.approx(0.0)
     assert hist.counts.sum() == 0
+
+
+def test_heading_commands_steer_the_yaw_rate(make_env):
+    env = make_env("task=rough", "terrain=flat", "num_envs=4",
+                   "task.commands.standing_fraction=0.0")
+    task = env.task
+    assert task.steered.all()  # fraction 1: every moving command is a heading
+    task.heading[:] = torch.tensor([0.5, -0.5, 3.0, 3.0])
+    yaw = torch.tensor([0.0, 0.0, 0.0, -3.0])
+    task.advance_commands(SimpleNamespace(base_quat=yaw_quat(yaw)))
+    # 0.5 x heading error, within the yaw-rate range [-1, 1]; the error wraps round +-pi
+    expected = torch.tensor([0.25, -0.25, 1.0, 0.5 * (6.0 - 2 * math.pi)])
+    assert torch.allclose(task.commands[:, 2], expected, atol=1e-5)
+
+    flat = make_env("num_envs=4")  # flat task: yaw rates are drawn, never steered
+    before = flat.task.commands.clone()
+    flat.task.advance_commands(SimpleNamespace(base_quat=yaw_quat(yaw)))
+    assert torch.equal(flat.task.commands, before) and not flat.task.steered.any()
+    with pytest.raises(ValueError, match="commands.heading needs 0 <= fraction <= 1"):
+        make_env("task=rough", "terrain=flat", "task.commands.heading.fraction=1.5")
 
 
 def test_random_counter_randomizes_counters_not_states(make_env):

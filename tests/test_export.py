@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
 from locomotion.export import ExportError, export_checkpoint, policy_export
+from locomotion.export.sidecar import observation_layout
 from locomotion.export.verification import record_observations
 from locomotion.rl.checkpoint import load_checkpoint, save_checkpoint
 from locomotion.rl.runner import Runner, policy_from_checkpoint
@@ -216,3 +217,13 @@ def test_robot_xml_loads_in_plain_mujoco(go1):
     np.testing.assert_allclose(kp, sidecar["pd"]["kp"])
     np.testing.assert_allclose(kd, sidecar["pd"]["kd"])
     np.testing.assert_allclose(model.actuator_forcerange[:, 1], sidecar["pd"]["torque_limits"])
+
+
+def test_sidecar_lists_terms_the_task_adds_with_their_widths():
+    cfg = load_config("env", ["task=rough", "terrain=flat", "num_envs=2"])
+    env = LocomotionEnv(cfg)
+    layout = observation_layout(env)
+    env.close()
+    assert layout[-1] == {"name": "height_scan", "size": 187, "scale": 1.0}
+    assert sum(t["size"] for t in layout) == env.observation_sizes["policy"]
+    assert [t["name"] for t in layout[:-1]] == list(cfg.task.observations.policy)

@@ -26,6 +26,17 @@ def yaw_quat(yaw: torch.Tensor) -> torch.Tensor:
     return torch.stack((half.cos(), zero, zero, half.sin()), dim=1)
 
 
+def heading(q: torch.Tensor) -> torch.Tensor:
+    """Yaw [N] of unit quaternions ``q`` [N, 4]: the direction the body's x axis points."""
+    w, x, y, z = q.unbind(1)
+    return torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def wrap_angle(a: torch.Tensor) -> torch.Tensor:
+    """Angles mapped to [-pi, pi)."""
+    return torch.remainder(a + torch.pi, 2 * torch.pi) - torch.pi
+
+
 def quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Hamilton products ``a * b`` of quaternions [N, 4] (rotation ``b`` then ``a``)."""
     aw, ax, ay, az = a.unbind(1)

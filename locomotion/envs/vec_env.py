@@ -157,9 +157,8 @@ class LocomotionEnv:
         self.sim.step(self._ctrl, self.decimation, self._sim_count)
         self.episode_length += 1
         self.phase.record(self.episode_length - 1, self.max_episode_length)
-        self.task.advance_commands()
-
         world = self.task.world(self.sim)
+        self.task.advance_commands(world)
         diverged = self.sim.diverged.clone()
         terminated = self.task.terminations(world) | diverged
         truncated = (self.episode_length >= self.max_episode_length) & ~terminated

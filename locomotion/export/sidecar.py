@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import CONFIG_DIR
 from locomotion.envs.vec_env import LocomotionEnv
-from locomotion.sim.robot_spec import RobotSpec
 
 FORMAT = "locomotion-policy"
 VERSION = 1
@@ -30,24 +29,19 @@ OUTPUT_NAME = "actions"
 VERSIONED_PACKAGES = ("locomotion", "torch", "mujoco", "onnx", "onnxruntime", "numpy")
 
 
-def observation_term_sizes(spec: RobotSpec) -> dict[str, int]:
-    """Width of every observation term the velocity task can emit, for this robot."""
-    joints, feet = len(spec.joints), len(spec.feet)
-    return {"base_lin_vel": 3, "base_ang_vel": 3, "projected_gravity": 3, "commands": 3,
-            "joint_pos": joints, "joint_vel": joints, "actions": spec.num_actions,
-            "foot_contact": feet, "base_height": 1}
+def observation_layout(env: LocomotionEnv) -> list[dict[str, Any]]:
+    """Ordered ``{name, size, scale}`` of the env's policy observation (scale: float or list).
 
-
-def observation_layout(terms: DictConfig, spec: RobotSpec) -> list[dict[str, Any]]:
-    """Ordered ``{name, size, scale}`` of a policy observation group (scale: float or list)."""
-    sizes = observation_term_sizes(spec)
+    Read from the task itself, so terms a task adds on its own (a height scan the policy
+    observes, a gait clock, a subtask one-hot) are listed with their real widths.
+    """
+    task = env.task
+    columns = task.observation_layout(task.world(env.sim), env.actions)["policy"]
     layout = []
-    for name, scale in terms.items():
-        scale = OmegaConf.to_object(scale) if OmegaConf.is_config(scale) else scale
-        if isinstance(scale, list) and len(scale) != sizes[name]:
-            raise ValueError(f"observation term {name!r} has {sizes[name]} components but "
-                             f"{len(scale)} scales {scale}")
-        layout.append({"name": str(name), "size": sizes[name], "scale": scale})
+    for name, cols in columns.items():
+        scale = task.obs_scales["policy"][name]
+        layout.append({"name": name, "size": cols.stop - cols.start,
+                       "scale": float(scale) if scale.dim() == 0 else scale.tolist()})
     return layout
 
 
@@ -74,11 +68,8 @@ def build_sidecar(env: LocomotionEnv, cfg: DictConfig, checkpoint: dict[str, Any
                   onnx_opset: int) -> dict[str, Any]:
     """The sidecar of a policy trained by ``checkpoint`` in ``env`` (built from ``cfg``)."""
     spec, task, model = env.spec, cfg.task, env.model
-    layout = observation_layout(task.observations.policy, spec)
+    layout = observation_layout(env)
     obs_size = sum(t["size"] for t in layout)
-    if obs_size != env.observation_sizes["policy"]:
-        raise ValueError(f"observation layout adds up to {obs_size} values but the env's policy "
-                         f"observation has {env.observation_sizes['policy']}")
     pd = spec.actuation == "pd"
     return {
         "format": FORMAT,
