@@ -265,6 +265,30 @@ def test_heading_commands_steer_the_yaw_rate(make_env):
         make_env("task=rough", "terrain=flat", "task.commands.heading.fraction=1.5")
 
 
+def test_episodes_begun_before_training_are_partial_and_averaged_over_their_steps(make_env):
+    env = make_env("reset=random_counter")
+    start = env.episode_length.clone()
+    errors = []
+    accumulate = env._accumulate
+
+    def recording(reward, terms, lin_err, yaw_err):
+        errors.append(lin_err.clone())
+        accumulate(reward, terms, lin_err, yaw_err)
+
+    env._accumulate = recording
+    finished = {}
+    for _ in range(env.max_episode_length + 1):
+        _, _, term, trunc, info = env.step(torch.zeros(env.num_envs, env.num_actions))
+        for j, i in enumerate((term | trunc).nonzero().squeeze(1).tolist()):
+            ep = {k: v[j].item() for k, v in info["episode"].items()}
+            finished.setdefault(i, (ep, len(errors)))
+    assert len(finished) == env.num_envs and any(ep["partial"] for ep, _ in finished.values())
+    for i, (ep, steps) in finished.items():
+        assert ep["partial"] == float(start[i] > 0)
+        ran = torch.stack(errors[:steps])[:, i]  # every step of this env since training began
+        assert ep["lin_vel_error"] == pytest.approx(ran.mean().item(), rel=1e-5)
+
+
 def test_random_counter_randomizes_counters_not_states(make_env):
     """random_counter draws counters; states are fresh."""
     env = make_env("reset=random_counter")

@@ -85,6 +85,16 @@ def test_driver_reallocates_and_logs(env_with):
     assert int(target.sum()) == env.num_envs and (target >= 2).all()
 
 
+def test_driver_leaves_partial_episodes_out(env_with):
+    env = env_with()
+    driver = SchedulerDriver(env, env.cfg.multitask)
+    # two flat episodes that timed out and tracked: one begun before training, one whole
+    driver.record({"subtask": torch.tensor([0, 0]), "success": torch.tensor([1.0, 1.0]),
+                   "partial": torch.tensor([1.0, 0.0])})
+    log = driver.end_iteration(0, rollout_s=1.0)
+    assert log["multitask/episodes/flat"] == 1 and log["multitask/success/flat"] == 1.0
+
+
 @pytest.mark.parametrize("override, match", [
     ("+multitask.subtasks.flat.gait=gallop", r"unknown gait 'gallop'.*trot"),
     ("multitask.subtasks.flat.terrain=[lava]", r"unknown terrain \['lava'\].*stairs_up"),

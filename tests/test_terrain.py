@@ -202,6 +202,17 @@ def test_spawn_curriculum_and_resume_in_env(make_env):
         assert torch.equal(env.step(a)[0]["critic"], other.step(a)[0]["critic"])
 
 
+def test_partial_episodes_leave_terrain_levels_alone(make_env):
+    env = make_env(*SMALL, *CALM, "num_envs=8", "reset=random_counter")
+    env.curriculum.levels[:] = 1
+    env.task.commands[:] = torch.tensor([1.0, 0.0, 0.0])  # standing still: a whole episode drops
+    info = {}
+    while "episode" not in info:
+        _, _, _, _, info = env.step(torch.zeros(8, env.num_actions))
+    assert (info["episode"]["partial"] == 1).all()  # begun at a random counter
+    assert (env.curriculum.levels == 1).all()
+
+
 # ------------------------------------------------------------------ height scan, standing
 def test_height_scan_on_flat_ground_is_base_height(make_env):
     env = make_env("task=rough", "terrain=flat", "num_envs=4",

@@ -103,6 +103,9 @@ class LocomotionEnv:
         # torch.inference_mode and resetting outside it both work.
         self._episode_sums = {k: torch.zeros(self.num_envs, device=device) for k in (
             "return", "lin_vel_error", "yaw_error", *self.task.reward_weights)}
+        # steps summed into _episode_sums: fewer than the episode's length when the episode
+        # began before the statistics did (a staggered or random start), i.e. it is partial
+        self._summed_steps = torch.zeros(self.num_envs, device=device)
         self.diverged_count = 0
         self._sim_count: int | None = None  # physics steps only this prefix (warm-up)
         self._start_xy = torch.zeros(self.num_envs, 2, device=device)
@@ -140,6 +143,7 @@ class LocomotionEnv:
             self.episode_length[:] = self.schedule.initial_counters(self.gen)
         for v in self._episode_sums.values():
             v.zero_()
+        self._summed_steps.zero_()
         self.diverged_count = 0
         self.phase.pop()
         return {k: v.clone() for k, v in self.obs.items()}
@@ -180,10 +184,12 @@ class LocomotionEnv:
             info["final_obs"] = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in obs.items()}
             info["episode"] = self._finish_episodes(done_ids, truncated)
             if self.curriculum is not None:  # terrain levels move before the envs respawn
-                info["episode"]["terrain_level"] = self.curriculum.update(
-                    done_ids, info["episode"]["distance"],
-                    self.task.commands[done_ids, :2].norm(dim=1),
-                    self.max_episode_length * self.control_dt)
+                ep = info["episode"]
+                whole = ep["partial"] == 0  # a partial episode says little of the policy
+                self.curriculum.update(done_ids[whole], ep["distance"][whole],
+                                       self.task.commands[done_ids[whole], :2].norm(dim=1),
+                                       self.max_episode_length * self.control_dt)
+                ep["terrain_level"] = self.curriculum.levels[done_ids].float()
             if self.multitask is not None:
                 ep = info["episode"]
                 sub, ok = self.multitask.judge(done_ids, ep["timeout"], ep["lin_vel_error"],
@@ -211,6 +217,7 @@ class LocomotionEnv:
             "ctrl": self._ctrl.clone(),
             "obs": {k: v.clone() for k, v in self.obs.items()},
             "episode_sums": {k: v.clone() for k, v in self._episode_sums.items()},
+            "summed_steps": self._summed_steps.clone(),
             "start_xy": self._start_xy.clone(),
             "task": self.task.state_dict(),
             "randomizer": self.randomizer.state_dict(),
@@ -235,6 +242,8 @@ class LocomotionEnv:
             self.obs[k].copy_(v)
         for k, v in state["episode_sums"].items():
             self._episode_sums[k].copy_(v)
+        # states saved before partial episodes were told apart: count every episode as whole
+        self._summed_steps.copy_(state.get("summed_steps", self.episode_length.float()))
         self._start_xy.copy_(state["start_xy"])
         self.task.load_state_dict(state["task"])
         self.randomizer.load_state_dict(state["randomizer"])
@@ -300,17 +309,20 @@ class LocomotionEnv:
         sums["return"] += reward
         sums["lin_vel_error"] += lin_err
         sums["yaw_error"] += yaw_err
+        self._summed_steps += 1
         for k, v in terms.items():
             sums[k] += v
 
     def _finish_episodes(self, ids: torch.Tensor, truncated: torch.Tensor) -> dict:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""
         length = self.episode_length[ids].float()
+        summed = self._summed_steps[ids]
         travelled = self.sim.qpos[ids, 0:2].float() - self._start_xy[ids]
         out = {"length": length, "timeout": truncated[ids].float(),
-               "distance": travelled.norm(dim=1)}
+               "distance": travelled.norm(dim=1), "partial": (summed < length).float()}
         for k, v in self._episode_sums.items():
             vals = v[ids]
-            out[k] = vals / length.clamp(min=1) if k.endswith("error") else vals
+            out[k] = vals / summed.clamp(min=1) if k.endswith("error") else vals
             v[ids] = 0.0
+        self._summed_steps[ids] = 0.0
         return out

@@ -45,11 +45,16 @@ class SchedulerDriver:
         self.cost = torch.ones(s, dtype=torch.float64)
 
     def record(self, episode: dict) -> None:
-        """Count one step's finished episodes (``info["episode"]``) per subtask."""
-        sub = episode["subtask"].cpu()
+        """Count one step's finished episodes (``info["episode"]``) per subtask.
+
+        Partial episodes (begun before training by a staggered or random start) are left
+        out: a few steps that happened to end in a time-out are no success.
+        """
+        whole = episode["partial"].cpu() == 0
+        sub = episode["subtask"].cpu()[whole]
         s = len(self.names)
         self._episodes += torch.bincount(sub, minlength=s).double()
-        self._successes += torch.bincount(sub, weights=episode["success"].cpu().double(),
+        self._successes += torch.bincount(sub, weights=episode["success"].cpu()[whole].double(),
                                           minlength=s)
 
     def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
