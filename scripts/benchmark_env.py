@@ -11,7 +11,8 @@ the physics. Prints a table; the last line is one JSON object.
         'variants=["randomization=robust","task=rough","task=rough randomization=robust"]'
 
 Each variant (overrides on top of the command line's) is timed at the same N in the same
-run and reported as a ratio to the base env's steps/s: the cost of that feature.
+run, alternating with the base env for ``variant_rounds`` rounds, and reported as the
+median ratio to the base env's steps/s (with the rounds' range): the cost of that feature.
 """
 
 from __future__ import annotations
@@ -99,14 +100,35 @@ def measure(cfg: DictConfig, n: int) -> dict:
         row[f"raw_speedup_over_{profile.name}"] = raw_sps / other
         row[f"physics_steps_per_s_{profile.name}"] = other * decimation
     row["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if cfg.variants:
+        row["variants"] = compare_variants(cfg, env, gen, n)
     env.close()
-    for variant in cfg.variants:
-        venv, vgen = started_env(variant_config(variant), n)
-        sps = env_steps_per_s(venv, cfg.measure_steps, vgen)
-        venv.close()
-        row.setdefault("variants", {})[variant] = {"env_steps_per_s": sps,
-                                                   "vs_base": sps / env_sps}
     return row
+
+
+def compare_variants(cfg: DictConfig, base: LocomotionEnv, base_gen: torch.Generator,
+                     n: int) -> dict[str, dict[str, float]]:
+    """Each variant's steps/s as a ratio to the base env's, timed in alternation.
+
+    Base and variants are timed one after the other in each of ``variant_rounds`` rounds and
+    the ratio is the median of the rounds' ratios, so a slow spell of the machine lands on
+    both sides of a ratio instead of on one variant.
+    """
+    envs = {v: started_env(variant_config(v), n) for v in cfg.variants}
+    ratios: dict[str, list[float]] = {v: [] for v in envs}
+    speeds: dict[str, list[float]] = {v: [] for v in envs}
+    try:
+        for _ in range(int(cfg.variant_rounds)):
+            base_sps = env_steps_per_s(base, cfg.measure_steps, base_gen)
+            for v, (env, gen) in envs.items():
+                speeds[v].append(env_steps_per_s(env, cfg.measure_steps, gen))
+                ratios[v].append(speeds[v][-1] / base_sps)
+    finally:
+        for env, _ in envs.values():
+            env.close()
+    return {v: {"env_steps_per_s": float(np.median(speeds[v])),
+                "vs_base": float(np.median(ratios[v])),
+                "vs_base_range": [min(ratios[v]), max(ratios[v])]} for v in envs}
 
 
 def variant_config(variant: str) -> DictConfig:
@@ -137,8 +159,9 @@ def main(cfg: DictConfig) -> None:
                      f" {r[f'raw_speedup_over_{name}']:>8.2f}")
         print(line + f" {r['max_rss_mb']:>10.0f}", flush=True)
         for variant, v in r.get("variants", {}).items():
-            print(f"{'':>6} {v['env_steps_per_s']:>12.0f}  {v['vs_base']:.3f} x base: "
-                  f"{variant}", flush=True)
+            low, high = v["vs_base_range"]
+            print(f"{'':>6} {v['env_steps_per_s']:>12.0f}  {v['vs_base']:.3f} x base "
+                  f"({low:.3f}..{high:.3f}): {variant}", flush=True)
     print(json.dumps({"robot": cfg.robot.spec, "task": cfg.task.name,
                       "terrain": cfg.terrain.name, "solver": cfg.solver.name, "results": rows}))
 
