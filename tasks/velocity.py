@@ -317,9 +317,7 @@ class VelocityTask:
 
     def height_scan(self, w: World) -> torch.Tensor:
         """Base z minus ground z at the scan points around the base, clipped [n, P]."""
-        q = w.base_quat
-        yaw = torch.atan2(2 * (q[:, 0] * q[:, 3] + q[:, 1] * q[:, 2]),
-                          1 - 2 * (q[:, 2].square() + q[:, 3].square())).unsqueeze(1)
+        yaw = heading(w.base_quat).unsqueeze(1)
         cos, sin = yaw.cos(), yaw.sin()
         px, py = self.scan_points[:, 0], self.scan_points[:, 1]
         xy = torch.stack((cos * px - sin * py, sin * px + cos * py), dim=-1)

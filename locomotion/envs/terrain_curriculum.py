@@ -43,8 +43,8 @@ class TerrainCurriculum:
         return self.terrain.origins[self.levels[env_ids], self.columns[env_ids]]
 
     def update(self, env_ids: torch.Tensor, distance: torch.Tensor, command_speed: torch.Tensor,
-               episode_s: float) -> torch.Tensor:
-        """Move ``env_ids`` whose episodes just ended; returns their new levels [n] (float).
+               episode_s: float) -> None:
+        """Move ``env_ids`` whose episodes just ended up or down a level.
 
         ``distance``: metres each walked from its spawn point; ``command_speed``: its planar
         command speed, m/s; ``episode_s``: the full episode duration.
@@ -56,7 +56,6 @@ class TerrainCurriculum:
             top = self.terrain.levels
             wrap = torch.randint(0, top, (len(env_ids),), generator=self.gen).to(self.device)
             self.levels[env_ids] = torch.where(levels >= top, wrap, levels.clamp(min=0))
-        return self.levels[env_ids].float()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"levels": self.levels.clone(), "columns": self.columns.clone()}
