@@ -51,26 +51,58 @@ def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> di
 
 
 def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
-    """Train one (allocation, seed) run and write its curve; return its name and seconds."""
+    """Train one (allocation, seed) run and write its curve; return its name and seconds.
+
+    A run interrupted part-way (a killed study, a session that ended) continues from its
+    checkpoint: its curve so far is kept next to the checkpoint, written whenever one is,
+    and cut back to the checkpoint's iteration on resume.
+    """
     cfg, allocation, seed, out_dir, runs_dir = job
     name = run_name(allocation, seed)
     run_cfg = OmegaConf.merge(cfg, {"seed": seed, "multitask": {"allocation": allocation}})
     env = LocomotionEnv(run_cfg)
     runner = Runner(env, run_cfg, log_dir=runs_dir / name)
     names = env.multitask.names
-    rows: list[dict] = []
-    start = time.perf_counter()
+    partial = runs_dir / name / "curve_so_far.csv"
+    rows = resumed_rows(runner, partial, int(cfg.iterations))
+    start = time.perf_counter() - (rows[-1]["wall_s"] if rows else 0.0)
+    save_every = int(cfg.logging.save_interval)
 
     def record(r: Runner, stats: dict) -> bool:
         rows.append(curve_row(r, stats, names, start))
+        if r.iteration % save_every == 0:
+            write_csv(partial, rows)
         return False  # never stop early: every run gets the whole budget
 
     try:
-        runner.learn(int(cfg.iterations), should_stop=record)
+        runner.learn(int(cfg.iterations) - runner.iteration, should_stop=record)
     finally:
         env.close()
+        if rows:
+            write_csv(partial, rows)
     write_csv(curve_path(out_dir, name), rows)
     return name, time.perf_counter() - start
+
+
+def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
+    """Load the run's checkpoint if it has one; its curve rows up to that iteration."""
+    if not runner.checkpoint_path.is_file():
+        return []
+    if not partial.exists():  # killed between writing the two: the curve cannot be rebuilt
+        print(f"{partial.parent.name}: checkpoint without a curve so far, starting over",
+              flush=True)
+        return []
+    runner.load(runner.checkpoint_path)
+    if runner.iteration > iterations:
+        raise ValueError(f"{runner.checkpoint_path} is at iteration {runner.iteration}, past "
+                         f"the study's {iterations}: remove it or pick another runs_dir")
+    curve = read_csv(partial)
+    keep = curve["iteration"] <= runner.iteration
+    rows = [{k: float(v[i]) for k, v in curve.items()} for i in np.flatnonzero(keep)]
+    for row in rows:
+        row["iteration"], row["env_steps"] = int(row["iteration"]), int(row["env_steps"])
+    print(f"{partial.parent.name}: resumed at iteration {runner.iteration}", flush=True)
+    return rows
 
 
 def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> list[str]:
@@ -79,7 +111,7 @@ def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> 
         raise ValueError("the multitask study needs subtasks: use task=multitask "
                          f"(got task={cfg.task.name})")
     work = [(cfg, str(allocation), int(seed), out_dir, runs_dir)
-            for allocation in cfg.allocations for seed in cfg.seeds
+            for seed in cfg.seeds for allocation in cfg.allocations  # pairs first
             if not finished(curve_path(out_dir, run_name(allocation, int(seed))),
                             "iteration", int(cfg.iterations), "iterations")]
     ran = []

@@ -77,6 +77,30 @@ def test_study_runs_resumes_and_reports(tmp_path):
         study.run_study(cfg, out, runs)
 
 
+def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
+    """A run stopped part-way (here: its final curve lost after 2 of 3 iterations) resumes
+    at its checkpoint and keeps the curve rows from before."""
+    study = load_study()
+    cfg = load_config("multitask_study", [*SMALL, "allocations=[uniform]"])
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    study.run_study(cfg, out, runs)
+    before = study.read_csv(out / "curves" / "uniform_s0.csv")
+    (out / "curves" / "uniform_s0.csv").unlink()
+    cfg.iterations = 3
+    assert study.run_study(cfg, out, runs) == ["uniform_s0"]
+    after = study.read_csv(out / "curves" / "uniform_s0.csv")
+    assert after["iteration"].tolist() == [1, 2, 3]
+    assert after["env_steps"].tolist() == [32 * 8, 2 * 32 * 8, 3 * 32 * 8]
+    for column, values in before.items():
+        np.testing.assert_array_equal(after[column][:2], values)
+    assert after["wall_s"][2] > after["wall_s"][1]
+
+    cfg.iterations = 1
+    (out / "curves" / "uniform_s0.csv").unlink()
+    with pytest.raises(ValueError, match="at iteration 3, past the study's 1"):
+        study.run_study(cfg, out, runs)
+
+
 def test_study_needs_the_multitask_task(tmp_path):
     study = load_study()
     cfg = load_config("multitask_study", ["task=flat_velocity", "multitask=none"])
