@@ -115,3 +115,27 @@ def test_bad_config_values_are_clear_errors(tmp_path):
     bad_group = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"),
                                 "reset=sometimes"], capture_output=True, text=True, timeout=120)
     assert bad_group.returncode != 0 and "staggered" in bad_group.stderr
+
+
+def test_logged_episode_statistics_leave_out_partial_episodes(tmp_path):
+    """Staggered starts end many first episodes within the first rollout; those are partial
+    (their return covers a few steps) and stay out of the logged means."""
+    runner = make_runner(tmp_path, ["reset=staggered", "task.episode_length_s=0.3"])
+    runner.start()  # the warm-up: half the envs begin training 7 of 15 steps in
+    ended = []
+    step = runner.env.step
+
+    def counting_step(actions):
+        out = step(actions)
+        if "episode" in out[4]:
+            ended.append(out[4]["episode"]["partial"])
+        return out
+
+    runner.env.step = counting_step
+    first = runner.train_iteration()["episodes"]
+    assert ended and torch.cat(ended).all()  # only the envs started 7 steps in
+    assert first == {}
+    later = [runner.train_iteration()["episodes"] for _ in range(3)]
+    whole = int(sum((p == 0).sum() for p in ended))
+    assert whole > 0 and sum(e.get("count", 0) for e in later) == whole
+    assert all("partial" not in e and "subtask" not in e for e in later)

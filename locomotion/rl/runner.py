@@ -311,9 +311,8 @@ class Runner:
                     if truncated.any():
                         final_values = policy.value(info["final_obs"]["critic"])
                         reward = bootstrap_truncated(reward, truncated, final_values, gamma)
-                    for k, v in info["episode"].items():
-                        if k != "subtask":  # an id, not a statistic: the scheduler counts it
-                            finished[k].append(v)
+                    for k, v in whole_episodes(info["episode"]).items():
+                        finished[k].append(v)
                     if self.scheduler is not None:
                         self.scheduler.record(info["episode"])
                 self.storage.add(obs=obs["policy"], critic_obs=obs["critic"],
@@ -323,9 +322,11 @@ class Runner:
                                  action_std=act.action_std)
                 obs = next_obs
         total = time.perf_counter() - start
-        episodes = {k: float(torch.cat(v).mean()) for k, v in finished.items()}
-        if finished:
-            episodes["count"] = float(sum(len(v) for v in finished["length"]))
+        episodes: dict[str, float] = {}
+        count = sum(len(v) for v in finished["length"])
+        if count:
+            episodes = {k: float(torch.cat(v).mean()) for k, v in finished.items()}
+            episodes["count"] = float(count)
         return {"sim": sim_s, "policy": total - sim_s}, episodes
 
     @contextlib.contextmanager
@@ -382,6 +383,17 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
     finally:
         env.close()
     return runner
+
+
+def whole_episodes(episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The statistics worth averaging of finished episodes: those begun in training.
+
+    An episode that a staggered or random start entered part-way (``partial``) says little
+    of the policy (its return covers a few steps), and ``subtask`` is an id the scheduler
+    counts, not a statistic.
+    """
+    keep = episode["partial"] == 0 if "partial" in episode else slice(None)
+    return {k: v[keep] for k, v in episode.items() if k not in ("partial", "subtask")}
 
 
 def summary_line(stats: dict, short: bool = False) -> str:
