@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
 from locomotion.export import ExportError, export_checkpoint, policy_export
-from locomotion.export.sidecar import observation_layout
+from locomotion.export.sidecar import command_spec, observation_layout
 from locomotion.export.verification import record_observations
 from locomotion.rl.checkpoint import load_checkpoint, save_checkpoint
 from locomotion.rl.runner import Runner, policy_from_checkpoint
@@ -227,3 +227,11 @@ def test_sidecar_lists_terms_the_task_adds_with_their_widths():
     assert layout[-1] == {"name": "height_scan", "size": 187, "scale": 1.0}
     assert sum(t["size"] for t in layout) == env.observation_sizes["policy"]
     assert [t["name"] for t in layout[:-1]] == list(cfg.task.observations.policy)
+
+
+def test_sidecar_commands_say_whether_yaw_steers_to_a_heading():
+    rough = command_spec(load_config("env", ["task=rough"]).task.commands)
+    assert rough["heading"] == {"fraction": 1.0, "stiffness": 0.5}
+    assert rough["lin_vel_x"] == [-1.0, 1.0]
+    assert command_spec(load_config("env", ["task=flat_velocity"]).task.commands)[
+        "heading"] is None

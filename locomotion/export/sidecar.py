@@ -45,6 +45,19 @@ def observation_layout(env: LocomotionEnv) -> list[dict[str, Any]]:
     return layout
 
 
+def command_spec(commands: DictConfig) -> dict[str, Any]:
+    """The command distribution trained on. With ``heading`` (fraction, stiffness) that
+    share of envs was given a heading and the yaw-rate command was stiffness x heading
+    error, clipped to ``ang_vel_yaw``; a player steering to a heading does the same."""
+    heading = commands.get("heading")
+    return {"lin_vel_x": list(commands.lin_vel_x), "lin_vel_y": list(commands.lin_vel_y),
+            "ang_vel_yaw": list(commands.ang_vel_yaw),
+            "resample_time_s": float(commands.resample_time_s),
+            "standing_fraction": float(commands.standing_fraction),
+            "heading": ({k: float(heading[k]) for k in ("fraction", "stiffness")}
+                        if heading else None)}
+
+
 def solver_profiles(trained: DictConfig) -> dict[str, dict[str, Any]]:
     """Every profile in ``configs/solver`` plus the one the checkpoint was trained with."""
     profiles = {p.stem: OmegaConf.to_container(OmegaConf.load(p))
@@ -96,11 +109,7 @@ def build_sidecar(env: LocomotionEnv, cfg: DictConfig, checkpoint: dict[str, Any
         "solver_profiles": solver_profiles(cfg.solver),
         "feet": list(spec.feet),
         "observation": {"size": obs_size, "terms": layout},
-        "commands": {"lin_vel_x": list(task.commands.lin_vel_x),
-                     "lin_vel_y": list(task.commands.lin_vel_y),
-                     "ang_vel_yaw": list(task.commands.ang_vel_yaw),
-                     "resample_time_s": float(task.commands.resample_time_s),
-                     "standing_fraction": float(task.commands.standing_fraction)},
+        "commands": command_spec(task.commands),
         "episode_length_s": float(task.episode_length_s),
         "episode_length_steps": env.max_episode_length,
         "init_state": {"base_height": spec.init_height,
