@@ -15,7 +15,8 @@ from locomotion.evaluation.metrics import robustness_margin, wilson_interval
 from locomotion.evaluation.policies import Policy, PolicyLoadError, load_policies, load_policy
 from locomotion.evaluation.report import markdown
 from locomotion.evaluation.robustness import evaluate
-from locomotion.evaluation.suite import Suite, SuiteError
+from locomotion.evaluation.rollouts import BatchRunner, batch_config
+from locomotion.evaluation.suite import Suite, SuiteError, plan_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "robots" / "go1" / "pretrained"
@@ -171,3 +172,38 @@ def test_warp_backend_runs_the_same_suite(standing):
     rows = report["sweeps"]["push"]["policies"]["stand"]["levels"]
     assert report["sim"] == {"backend": "warp", "device": "cpu"}
     assert rows[0]["survival"] == 1.0 and rows[1]["survival"] <= 0.25
+
+
+def test_terrain_axis_spawns_on_the_named_types_and_counts_who_got_far(standing):
+    suite = tiny_suite({"terrain": [0, 9]}, episodes_per_level=12, episode_length_s=1.0,
+                       terrain_types=["stairs_up"], reach=0.5)
+    assert suite.terrain_types == ("stairs_up",) and suite.reach == 0.5
+    batch = plan_batches(suite.conditions({}).values(), "fast")[0]
+    runner = BatchRunner(standing, batch, suite, 0, NATIVE, "cpu")
+    try:
+        cur = runner.env.curriculum
+        kinds = {cur.terrain.column_types[c] for c in cur.columns.tolist()}
+        assert kinds == {"stairs_up"} and set(cur.levels.tolist()) == {0, 9}
+    finally:
+        runner.close()
+    report, _ = evaluate([standing], suite, seed=0, sim=NATIVE)
+    rows = report["sweeps"]["terrain"]["policies"]["stand"]["levels"]
+    assert [r["reached"] for r in rows] == [0.0, 0.0]  # standing still gets nowhere
+    assert "reached ≥ 0.5 m" in markdown(report) and "tiles of stairs_up only" in markdown(report)
+
+
+def test_unknown_terrain_type_or_bad_reach_is_a_clear_error():
+    with pytest.raises(SuiteError, match=r"unknown \['stairs'\]; terrain 'rough' has types"):
+        tiny_suite({"terrain": [0]}, terrain_types=["stairs"])
+    with pytest.raises(SuiteError, match="suite.reach must be > 0 m"):
+        tiny_suite({"terrain": [0]}, reach=-1.0)
+
+
+def test_suite_commands_hold_for_policies_trained_with_heading_commands():
+    cfg = load_config("env", ["task=rough"])
+    policy = Policy("rough", "scripted", "scripted", "", 235, 12, cfg,
+                    lambda obs: torch.zeros(obs.shape[0], 12, device=obs.device))
+    suite = tiny_suite({"command": [0.5]})
+    env_cfg = batch_config(policy, plan_batches(suite.conditions({}).values(), "fast")[0],
+                           suite, 4, 0, NATIVE, "cpu")
+    assert cfg.task.commands.heading and not env_cfg.task.commands.get("heading")

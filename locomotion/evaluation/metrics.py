@@ -71,14 +71,15 @@ def _round(x: float) -> float | None:
     return round(x, 6) if math.isfinite(x) else None
 
 
-def summarize(ep: Episodes) -> dict[str, float | int | list | None]:
+def summarize(ep: Episodes, reach: float | None = None) -> dict[str, float | int | list | None]:
     """The numbers a report shows for one level.
 
     Tracking errors and distance average over all episodes (a failed episode counts up to
     its failure); cost of transport is total energy over total m g d of the survivors (a
     ratio of sums, so near-zero distances of standing commands do not blow it up);
     recovery averages over pushed survivors that recovered, with the share that did (both
-    null without pushes).
+    null without pushes). With ``reach`` (m), ``reached`` is the share of episodes whose base
+    ended at least that far from its spawn point, falls included (null without ``reach``).
     """
     n = int(ep.survived.numel())
     k = int(ep.survived.sum())
@@ -105,6 +106,8 @@ def summarize(ep: Episodes) -> dict[str, float | int | list | None]:
         "cost_of_transport": _round(cot),
         "recovery_time": _round(rec_mean),
         "recovered": _round(rec_share),
+        "reached": (_round(float((ep.distance >= reach).double().mean())) if reach is not None
+                    and n else None),
     }
 
 

@@ -90,6 +90,12 @@ def markdown(report: dict, timing: Sequence[str] = (), command: str | None = Non
         f"level from nominal, in the harder direction, with survival ≥ "
         f"{suite['survival_threshold']:g}.", "",
         "| policy | file | kind | sha256 |", "|---|---|---|---|"]
+    if suite.get("terrain_types"):
+        lines[-2:-2] = [f"Terrain levels are tiles of {', '.join(suite['terrain_types'])} only "
+                        f"(grid `{suite['terrain']}`).", ""]
+    if suite.get("reach"):
+        lines[-2:-2] = [f"*Reached*: the share of episodes whose base ended at least "
+                        f"{suite['reach']:g} m from its spawn point.", ""]
     lines += [f"| {p['label']} | `{p['path']}` | {p['kind']} | `{p['sha256'][:12]}` |"
               for p in report["policies"]]
     lines += ["", "## Robustness margins", "",
@@ -113,8 +119,11 @@ def markdown(report: dict, timing: Sequence[str] = (), command: str | None = Non
             lines += [f"![{title}]({fig})", ""]
         pushes = any(r["recovered"] is not None for p in s["policies"].values()
                      for r in p["levels"])  # recovery only where something was pushed
-        lines += [head + (" recovery (s) |" if pushes else ""),
-                  "|---|---|---|---|---|---|---|" + ("---|" if pushes else "")]
+        reach = suite.get("reach")
+        lines += [head + (" recovery (s) |" if pushes else "")
+                  + (f" reached ≥ {reach:g} m |" if reach else ""),
+                  "|---|---|---|---|---|---|---|" + ("---|" if pushes else "")
+                  + ("---|" if reach else "")]
         for i, level in enumerate(s["levels"]):
             for lab in labels:
                 row = s["policies"][lab]["levels"][i]
@@ -122,7 +131,8 @@ def markdown(report: dict, timing: Sequence[str] = (), command: str | None = Non
                     f"| {_level(level)} | {lab} | {_survival(row)} | "
                     f"{_num(row['lin_vel_error'], 3)} | {_num(row['yaw_error'], 3)} | "
                     f"{_num(row['distance'])} | {_num(row['cost_of_transport'])} |"
-                    + (f" {_recovery(row)} |" if pushes else ""))
+                    + (f" {_recovery(row)} |" if pushes else "")
+                    + (f" {_num(row['reached'])} |" if reach else ""))
     for name, g in report["grids"].items():
         (la, lb), (ta, tb) = g["levels"], g["labels"]
         lines += ["", f"## Grid {name}: survival, {ta} (rows) x {tb} (columns)", ""]

@@ -55,7 +55,7 @@ def evaluate_policy(policy: Policy, suite: Suite, seed: int, sim: DictConfig, de
             episodes.update(runner.run())
         finally:
             runner.close()
-    summaries = {c: summarize(ep) for c, ep in episodes.items()}
+    summaries = {c: summarize(ep, suite.reach) for c, ep in episodes.items()}
     return {key: summaries[c] for key, c in where.items()}, nominal, time.perf_counter() - start
 
 

@@ -61,6 +61,8 @@ def batch_config(policy: Policy, batch: Batch, suite: Suite, num_envs: int, seed
     task = cfg.task
     task.episode_length_s = float(suite.cfg.episode_length_s)
     task.commands.resample_time_s = float(suite.cfg.episode_length_s) + 1.0  # never resampled
+    if task.commands.get("heading"):  # and never steered: the slot's yaw-rate command holds
+        task.commands.heading = None
     if batch.terrain:
         terrain = config_group("terrain", str(suite.cfg.terrain))
         terrain.curriculum.enabled = False  # each env stays on the level it is given
@@ -178,17 +180,21 @@ class BatchRunner:
         self.mass = float(env.model.body_mass.sum()) + self.payload
 
     def _place_on_terrain(self, ids: torch.Tensor, level: int) -> None:
-        """Spawn ``ids`` on grid row ``level``, spread over the terrain types (columns)."""
+        """Spawn ``ids`` on grid row ``level``, spread over the columns of the suite's
+        terrain types (every column when it names none)."""
         cur = self.env.curriculum
         if cur is None:
             raise SuiteError("terrain levels need a terrain grid; the batch has none")
         if not 0 <= level < cur.terrain.levels:
             raise SuiteError(f"terrain level {level} is outside the grid's levels "
                              f"0..{cur.terrain.levels - 1}")
+        kinds = self.suite.terrain_types
+        columns = torch.tensor([c for c, kind in enumerate(cur.terrain.column_types)
+                                if kinds is None or kind in kinds], device=cur.levels.device)
         dev_ids = ids.to(cur.levels.device)
         cur.levels[dev_ids] = level
-        cur.columns[dev_ids] = torch.arange(len(ids), device=cur.levels.device) \
-            % cur.terrain.num_columns
+        cur.columns[dev_ids] = columns[torch.arange(len(ids), device=cur.levels.device)
+                                       % len(columns)]
 
     # ------------------------------------------------------------------ rounds
     def run(self) -> dict[Condition, Episodes]:

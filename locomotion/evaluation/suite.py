@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from locomotion.config import CONFIG_DIR
+from locomotion.config import CONFIG_DIR, config_group
 
 
 class SuiteError(ValueError):
@@ -169,6 +169,24 @@ class Suite:
         if not float(cfg.episode_length_s) > float(cfg.push.time_s) >= 0:
             raise SuiteError(f"suite.push.time_s {cfg.push.time_s} must lie in "
                              f"[0, episode_length_s = {cfg.episode_length_s})")
+        reach = cfg.get("reach")
+        if reach is not None and not float(reach) > 0:
+            raise SuiteError(f"suite.reach must be > 0 m or null, got {reach}")
+        self.reach = None if reach is None else float(reach)
+        self.terrain_types = self._terrain_types(cfg)
+
+    @staticmethod
+    def _terrain_types(cfg: DictConfig) -> tuple[str, ...] | None:
+        """The terrain types the terrain axis spawns on (None: all), checked against the grid."""
+        types = cfg.get("terrain_types")
+        if types is None:
+            return None
+        known = list(config_group("terrain", str(cfg.terrain)).types)
+        bad = sorted(set(types) - set(known))
+        if bad or not types:
+            raise SuiteError(f"suite.terrain_types {list(types)}: unknown {bad}; terrain "
+                             f"{cfg.terrain!r} has types {known}")
+        return tuple(types)
 
     def _select(self, only: list[str]) -> None:
         """Keep the sweeps and grids named in ``only`` (axis names or grid names)."""
