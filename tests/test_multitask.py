@@ -90,9 +90,24 @@ def test_driver_leaves_partial_episodes_out(env_with):
     driver = SchedulerDriver(env, env.cfg.multitask)
     # two flat episodes that timed out and tracked: one begun before training, one whole
     driver.record({"subtask": torch.tensor([0, 0]), "success": torch.tensor([1.0, 1.0]),
-                   "partial": torch.tensor([1.0, 0.0])})
+                   "checks": torch.ones(2, 3), "partial": torch.tensor([1.0, 0.0])})
     log = driver.end_iteration(0, rollout_s=1.0)
     assert log["multitask/episodes/flat"] == 1 and log["multitask/success/flat"] == 1.0
+
+
+def test_driver_logs_which_check_failed(env_with):
+    env = env_with()
+    driver = SchedulerDriver(env, env.cfg.multitask)
+    trot = env.multitask.names.index("trot")
+    # three trot episodes: all survived, two tracked, one kept the gait, none did both
+    driver.record({"subtask": torch.full((3,), trot), "success": torch.zeros(3),
+                   "checks": torch.tensor([[1.0, 1, 0], [1, 1, 0], [1, 0, 1]]),
+                   "partial": torch.zeros(3)})
+    log = driver.end_iteration(0, rollout_s=1.0)
+    assert log["multitask/success/trot"] == 0.0 and log["multitask/survived/trot"] == 1.0
+    assert log["multitask/tracked/trot"] == pytest.approx(2 / 3)
+    assert log["multitask/on_gait/trot"] == pytest.approx(1 / 3)
+    assert "multitask/tracked/flat" not in log  # no flat episodes this iteration
 
 
 @pytest.mark.parametrize("override, match", [

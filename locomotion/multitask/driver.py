@@ -17,6 +17,7 @@ from collections import deque
 import torch
 
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
+from locomotion.multitask.subtasks import CHECKS
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,13 @@ class SchedulerDriver:
         s = len(self.names)
         self._episodes = torch.zeros(s, dtype=torch.float64)
         self._successes = torch.zeros(s, dtype=torch.float64)
+        self._checks = torch.zeros(s, len(CHECKS), dtype=torch.float64)
         self._history: deque[torch.Tensor] = deque(maxlen=_COST_WINDOW)
         self.cost = torch.ones(s, dtype=torch.float64)
 
     def record(self, episode: dict) -> None:
-        """Count one step's finished episodes (``info["episode"]``) per subtask.
+        """Count one step's finished episodes (``info["episode"]``) per subtask: how many,
+        how many succeeded, and how many passed each check of a success.
 
         Partial episodes (begun before training by a staggered or random start) are left
         out: a few steps that happened to end in a time-out are no success.
@@ -56,29 +59,34 @@ class SchedulerDriver:
         self._episodes += torch.bincount(sub, minlength=s).double()
         self._successes += torch.bincount(sub, weights=episode["success"].cpu()[whole].double(),
                                           minlength=s)
+        self._checks.index_add_(0, sub, episode["checks"].cpu()[whole].double())
 
     def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
         """Fold in this iteration's outcomes; re-allocate every ``every`` iterations.
 
-        Returns the scalars to log: per-subtask success rate and episode count, and on
-        re-allocation the progress, the new slot shares and each rank's rollout time.
+        Returns the scalars to log: per-subtask success rate, episode count and the share
+        of episodes passing each check (survived, tracked, on gait), and on re-allocation
+        the progress, the new slot shares and each rank's rollout time.
         """
-        local = self.subtasks.slots.counts("current", len(self.names)).double()
-        stats = torch.cat((self._episodes, self._successes, local,
+        s, c = len(self.names), len(CHECKS)
+        local = self.subtasks.slots.counts("current", s).double()
+        stats = torch.cat((self._episodes, self._successes, self._checks.flatten(), local,
                            torch.tensor([rollout_s], dtype=torch.float64)))
-        gathered = self.dist.all_gather(stats) if self.dist else stats[None]  # [ranks, 3S+1]
-        s = len(self.names)
+        gathered = self.dist.all_gather(stats) if self.dist else stats[None]  # [ranks, ...]
         episodes, successes = gathered[:, :s].sum(0), gathered[:, s:2 * s].sum(0)
-        self._history.extend(gathered[:, 2 * s:])
-        self._episodes.zero_()
-        self._successes.zero_()
+        checks = gathered[:, 2 * s:(2 + c) * s].sum(0).view(s, c)
+        self._history.extend(gathered[:, (2 + c) * s:])  # slot mix and rollout time
+        for counts in (self._episodes, self._successes, self._checks):
+            counts.zero_()
         rate = successes / episodes.clamp(min=1)
         self.scheduler.update(rate, episodes)
         out = {}
-        for n, r, e in zip(self.names, rate, episodes, strict=True):
+        for i, (n, r, e) in enumerate(zip(self.names, rate, episodes, strict=True)):
             if e > 0:
                 out[f"multitask/success/{n}"] = float(r)
                 out[f"multitask/episodes/{n}"] = float(e)
+                for j, check in enumerate(CHECKS):
+                    out[f"multitask/{check}/{n}"] = float(checks[i, j] / e)
         rollout = gathered[:, -1]
         out["multitask/rollout_s_max_over_min"] = float(rollout.max() / rollout.min().clamp(
             min=1e-9))

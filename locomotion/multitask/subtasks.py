@@ -17,6 +17,7 @@ from locomotion.multitask.slots import SubtaskSlots
 from tasks.gaits import FREE
 
 FLAT = "flat"
+CHECKS = ("survived", "tracked", "on_gait")  # what an episode must pass to be a success
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,13 @@ class SubtaskSet:
 
     def judge(self, env_ids: torch.Tensor, survived: torch.Tensor, lin_err: torch.Tensor,
               length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Subtask id and success (survived, tracked, kept the gait) of finished episodes."""
+        """Subtask id [n] and the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed) of finished
+        episodes; an episode succeeds when it passes all three."""
         sub = self.slots.current[env_ids]
         match = self.gait_match[env_ids] / length.clamp(min=1)
-        ok = (survived > 0) & (lin_err <= self._max_err[sub]) & (match >= self._min_match[sub])
-        return sub, ok.float()
+        checks = torch.stack((survived > 0, lin_err <= self._max_err[sub],
+                              match >= self._min_match[sub]), dim=1)
+        return sub, checks.float()
 
     def state_dict(self) -> dict:
         return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),

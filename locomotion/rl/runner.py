@@ -389,11 +389,12 @@ def whole_episodes(episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The statistics worth averaging of finished episodes: those begun in training.
 
     An episode that a staggered or random start entered part-way (``partial``) says little
-    of the policy (its return covers a few steps), and ``subtask`` is an id the scheduler
-    counts, not a statistic.
+    of the policy (its return covers a few steps); ``subtask`` and ``checks`` are what the
+    scheduler counts per subtask, not statistics of the whole batch.
     """
     keep = episode["partial"] == 0 if "partial" in episode else slice(None)
-    return {k: v[keep] for k, v in episode.items() if k not in ("partial", "subtask")}
+    return {k: v[keep] for k, v in episode.items()
+            if k not in ("partial", "subtask", "checks")}
 
 
 def summary_line(stats: dict, short: bool = False) -> str:
