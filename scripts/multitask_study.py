@@ -8,6 +8,7 @@ steps until each subtask reaches its success threshold) and the figures are (re)
 
     python scripts/multitask_study.py                      # 2 allocations x 3 seeds
     python scripts/multitask_study.py jobs=2 seeds=[0]     # one seed, both runs at once
+    python scripts/multitask_study.py report_only=true     # summary of the finished runs
 
 A subtask counts as reached at the first iteration where its success rate over the last
 ``window`` iterations (episode-weighted, at least ``min_episodes`` episodes) is at least
@@ -150,6 +151,8 @@ def steps_to_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict[st
 
 
 def fmt_steps(values: list[float]) -> str:
+    if not values:
+        return "not run yet"
     reached = [v for v in values if not math.isnan(v)]
     if not reached:
         return f"never (0/{len(values)})"
@@ -171,7 +174,8 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
              f"over the seeds that reached it; reached/seeds)", "",
              "| subtask | " + " | ".join(allocations) + " | seeds where "
              f"{allocations[0]} is faster |", "|---|" + "---|" * (len(allocations) + 1)]
-    paired = [s for s in seeds if all((a, s) in steps for a in allocations[:2])]
+    paired = [s for s in seeds if all((a, s) in steps for a in allocations[:2])
+              and len(allocations) > 1]
     for row in rows:
         cells = [fmt_steps([steps[(a, s)][row] for s in seeds if (a, s) in steps])
                  for a in allocations]
@@ -256,9 +260,10 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
 @hydra.main(config_path="../configs", config_name="multitask_study", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(cfg.out_dir))
-    start = time.perf_counter()
-    ran = run_study(cfg, out_dir, Path(to_absolute_path(cfg.runs_dir)), int(cfg.jobs))
-    print(f"ran {len(ran)} runs in {time.perf_counter() - start:.0f} s")
+    if not cfg.report_only:
+        start = time.perf_counter()
+        ran = run_study(cfg, out_dir, Path(to_absolute_path(cfg.runs_dir)), int(cfg.jobs))
+        print(f"ran {len(ran)} runs in {time.perf_counter() - start:.0f} s")
     report(cfg, out_dir)
     print(f"figures and summary in {out_dir}")
 

@@ -47,6 +47,8 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
                                                   "all subtasks": 30.0}}, cfg)
     assert "| a | 0.0M (1/1) | 0.0M (1/1) | 0/1 |" in table
     assert "| b | never (0/1) |" in table
+    half = study.summary_table({("learning_progress", 0): steps}, cfg)  # uniform not run
+    assert "| a | 0.0M (1/1) | not run yet | 0/0 |" in half
 
 
 def test_study_runs_resumes_and_reports(tmp_path):
