@@ -55,8 +55,8 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
     """Train one (allocation, seed) run and write its curve; return its name and seconds.
 
     A run interrupted part-way (a killed study, a session that ended) continues from its
-    checkpoint: its curve so far is kept next to the checkpoint, written whenever one is,
-    and cut back to the checkpoint's iteration on resume.
+    checkpoint: its curve so far is kept next to the checkpoint, rewritten every iteration
+    (a small file), and cut back to the checkpoint's iteration on resume.
     """
     cfg, allocation, seed, out_dir, runs_dir = job
     name = run_name(allocation, seed)
@@ -67,20 +67,16 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
     partial = runs_dir / name / "curve_so_far.csv"
     rows = resumed_rows(runner, partial, int(cfg.iterations))
     start = time.perf_counter() - (rows[-1]["wall_s"] if rows else 0.0)
-    save_every = int(cfg.logging.save_interval)
 
     def record(r: Runner, stats: dict) -> bool:
         rows.append(curve_row(r, stats, names, start))
-        if r.iteration % save_every == 0:
-            write_csv(partial, rows)
+        write_csv(partial, rows)
         return False  # never stop early: every run gets the whole budget
 
     try:
         runner.learn(int(cfg.iterations) - runner.iteration, should_stop=record)
     finally:
         env.close()
-        if rows:
-            write_csv(partial, rows)
     write_csv(curve_path(out_dir, name), rows)
     return name, time.perf_counter() - start
 
@@ -98,6 +94,8 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
         raise ValueError(f"{runner.checkpoint_path} is at iteration {runner.iteration}, past "
                          f"the study's {iterations}: remove it or pick another runs_dir")
     curve = read_csv(partial)
+    if curve["iteration"][-1] < runner.iteration:  # killed between checkpoint and curve
+        print(f"{partial.parent.name}: the curve lacks iteration {runner.iteration}", flush=True)
     keep = curve["iteration"] <= runner.iteration
     rows = [{k: float(v[i]) for k, v in curve.items()} for i in np.flatnonzero(keep)]
     for row in rows:
