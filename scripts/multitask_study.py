@@ -85,7 +85,7 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
     """Load the run's checkpoint if it has one; its curve rows up to that iteration."""
     if not runner.checkpoint_path.is_file():
         return []
-    if not partial.exists():  # killed between writing the two: the curve cannot be rebuilt
+    if not partial.exists():  # a checkpoint of a run that kept no curve: cannot be rebuilt
         print(f"{partial.parent.name}: checkpoint without a curve so far, starting over",
               flush=True)
         return []
@@ -172,13 +172,13 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
              f"over the seeds that reached it; reached/seeds)", "",
              "| subtask | " + " | ".join(allocations) + " | seeds where "
              f"{allocations[0]} is faster |", "|---|" + "---|" * (len(allocations) + 1)]
-    paired = [s for s in seeds if all((a, s) in steps for a in allocations[:2])
-              and len(allocations) > 1]
+    paired = [s for s in seeds if all((a, s) in steps for a in allocations[:2])] \
+        if len(allocations) > 1 else []
     for row in rows:
         cells = [fmt_steps([steps[(a, s)][row] for s in seeds if (a, s) in steps])
                  for a in allocations]
         wins = sum(faster(steps[(allocations[0], s)][row], steps[(allocations[1], s)][row])
-                   for s in paired) if len(allocations) > 1 else 0
+                   for s in paired)
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {wins}/{len(paired)} |")
     return "\n".join(lines) + "\n"
 
