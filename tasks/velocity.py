@@ -377,7 +377,11 @@ def _track_ang(c: _RewardContext) -> torch.Tensor:
 
 
 def _feet_air_time(c: _RewardContext) -> torch.Tensor:
+    """Long swings while moving; not for envs with a gait command, whose schedule sets the
+    swing time (0.5 s of air at 2 Hz would fight the schedule)."""
     moving = c.task.commands[:, :2].norm(dim=1) > 0.1
+    if c.task.gait is not None:
+        moving = moving & ~c.task.gait.active
     return ((c.task.air_time - c.task.air_time_target) * c.first_contact).sum(1) * moving
 
 

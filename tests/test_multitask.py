@@ -1,5 +1,7 @@
 """Tests for subtasks in the env: adoption at reset, per-subtask setup, gaits, errors."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -7,8 +9,9 @@ from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
 from locomotion.multitask.driver import SchedulerDriver
 from tasks.gaits import FREE
+from tasks.velocity import REWARD_TERMS
 
-SMALL = ("task=multitask", "num_envs=32", "reset=sync", "terrain.levels=3",
+SMALL = ("task=multitask", "num_envs=32", "reset=sync", "terrain.levels=4",
          "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.2")
 
 
@@ -33,6 +36,19 @@ def test_subtasks_set_terrain_commands_gait_and_pushes(env_with):
     cols = env.task.observation_layout(env.task.world(env.sim), env.actions)["policy"]
     onehot = env.obs["policy"][:, cols["subtask"]]
     assert onehot.shape[1] == len(names) and torch.equal(onehot.argmax(1), sub)
+
+
+def test_air_time_reward_leaves_gait_envs_to_their_schedule(env_with):
+    env = env_with()
+    task = env.task
+    task.commands[:, 0] = 0.8  # every env moving
+    task.air_time.fill_(0.2)
+    ctx = SimpleNamespace(task=task, first_contact=torch.ones_like(task.air_time, dtype=torch.bool))
+    reward = REWARD_TERMS["feet_air_time"](ctx)
+    free = task.gait.gait == FREE
+    assert free.any() and (~free).any()
+    assert torch.allclose(reward[free], torch.tensor(4 * (0.2 - task.air_time_target)))
+    assert (reward[~free] == 0).all()
 
 
 def test_env_switches_subtask_only_at_its_reset(env_with):
@@ -90,7 +106,8 @@ def test_driver_leaves_partial_episodes_out(env_with):
     driver = SchedulerDriver(env, env.cfg.multitask)
     # two flat episodes that timed out and tracked: one begun before training, one whole
     driver.record({"subtask": torch.tensor([0, 0]), "success": torch.tensor([1.0, 1.0]),
-                   "checks": torch.ones(2, 3), "partial": torch.tensor([1.0, 0.0])})
+                   "checks": torch.ones(2, 3), "gait_match": torch.zeros(2),
+                   "partial": torch.tensor([1.0, 0.0])})
     log = driver.end_iteration(0, rollout_s=1.0)
     assert log["multitask/episodes/flat"] == 1 and log["multitask/success/flat"] == 1.0
 
@@ -102,12 +119,18 @@ def test_driver_logs_which_check_failed(env_with):
     # three trot episodes: all survived, two tracked, one kept the gait, none did both
     driver.record({"subtask": torch.full((3,), trot), "success": torch.zeros(3),
                    "checks": torch.tensor([[1.0, 1, 0], [1, 1, 0], [1, 0, 1]]),
-                   "partial": torch.zeros(3)})
+                   "gait_match": torch.tensor([0.5, 0.6, 0.9]), "partial": torch.zeros(3)})
+    flat = env.multitask.names.index("flat")
+    driver.record({"subtask": torch.tensor([flat]), "success": torch.ones(1),
+                   "checks": torch.ones(1, 3), "gait_match": torch.zeros(1),
+                   "partial": torch.zeros(1)})
     log = driver.end_iteration(0, rollout_s=1.0)
     assert log["multitask/success/trot"] == 0.0 and log["multitask/survived/trot"] == 1.0
     assert log["multitask/tracked/trot"] == pytest.approx(2 / 3)
     assert log["multitask/on_gait/trot"] == pytest.approx(1 / 3)
-    assert "multitask/tracked/flat" not in log  # no flat episodes this iteration
+    assert log["multitask/gait_match/trot"] == pytest.approx(2 / 3)
+    assert "multitask/gait_match/flat" not in log  # free gait: no schedule to match
+    assert "multitask/tracked/pace" not in log  # no pace episodes this iteration
 
 
 @pytest.mark.parametrize("override, match", [

@@ -14,7 +14,7 @@ from locomotion.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
-         "terrain.levels=3", "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.1",
+         "terrain.levels=4", "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.1",
          "algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]",
          "success_threshold=0.0", "window=1", "min_episodes=1"]
 

@@ -192,9 +192,9 @@ class LocomotionEnv:
                 ep["terrain_level"] = self.curriculum.levels[done_ids].float()
             if self.multitask is not None:
                 ep = info["episode"]
-                sub, checks = self.multitask.judge(done_ids, ep["timeout"],
-                                                   ep["lin_vel_error"], ep["length"])
-                ep["subtask"], ep["checks"] = sub, checks
+                sub, checks, match = self.multitask.judge(done_ids, ep["timeout"],
+                                                          ep["lin_vel_error"], ep["length"])
+                ep["subtask"], ep["checks"], ep["gait_match"] = sub, checks, match
                 ep["success"] = checks.min(dim=1).values
             n_div = int(diverged.sum())
             self.diverged_count += n_div

@@ -43,12 +43,14 @@ class SchedulerDriver:
         self._episodes = torch.zeros(s, dtype=torch.float64)
         self._successes = torch.zeros(s, dtype=torch.float64)
         self._checks = torch.zeros(s, len(CHECKS), dtype=torch.float64)
+        self._match = torch.zeros(s, dtype=torch.float64)
         self._history: deque[torch.Tensor] = deque(maxlen=_COST_WINDOW)
         self.cost = torch.ones(s, dtype=torch.float64)
 
     def record(self, episode: dict) -> None:
         """Count one step's finished episodes (``info["episode"]``) per subtask: how many,
-        how many succeeded, and how many passed each check of a success.
+        how many succeeded, how many passed each check of a success, and their summed
+        share of foot contacts on the gait schedule.
 
         Partial episodes (begun before training by a staggered or random start) are left
         out: a few steps that happened to end in a time-out are no success.
@@ -60,23 +62,27 @@ class SchedulerDriver:
         self._successes += torch.bincount(sub, weights=episode["success"].cpu()[whole].double(),
                                           minlength=s)
         self._checks.index_add_(0, sub, episode["checks"].cpu()[whole].double())
+        self._match += torch.bincount(sub, weights=episode["gait_match"].cpu()[whole].double(),
+                                      minlength=s)
 
     def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
         """Fold in this iteration's outcomes; re-allocate every ``every`` iterations.
 
         Returns the scalars to log: per-subtask success rate, episode count and the share
-        of episodes passing each check (survived, tracked, on gait), and on re-allocation
+        of episodes passing each check (survived, tracked, on gait), the mean share of foot
+        contacts on schedule of gait subtasks, and on re-allocation
         the progress, the new slot shares and each rank's rollout time.
         """
         s, c = len(self.names), len(CHECKS)
         local = self.subtasks.slots.counts("current", s).double()
-        stats = torch.cat((self._episodes, self._successes, self._checks.flatten(), local,
-                           torch.tensor([rollout_s], dtype=torch.float64)))
+        stats = torch.cat((self._episodes, self._successes, self._checks.flatten(),
+                           self._match, local, torch.tensor([rollout_s], dtype=torch.float64)))
         gathered = self.dist.all_gather(stats) if self.dist else stats[None]  # [ranks, ...]
         episodes, successes = gathered[:, :s].sum(0), gathered[:, s:2 * s].sum(0)
         checks = gathered[:, 2 * s:(2 + c) * s].sum(0).view(s, c)
-        self._history.extend(gathered[:, (2 + c) * s:])  # slot mix and rollout time
-        for counts in (self._episodes, self._successes, self._checks):
+        match = gathered[:, (2 + c) * s:(3 + c) * s].sum(0)
+        self._history.extend(gathered[:, (3 + c) * s:])  # slot mix and rollout time
+        for counts in (self._episodes, self._successes, self._checks, self._match):
             counts.zero_()
         rate = successes / episodes.clamp(min=1)
         self.scheduler.update(rate, episodes)
@@ -87,6 +93,8 @@ class SchedulerDriver:
                 out[f"multitask/episodes/{n}"] = float(e)
                 for j, check in enumerate(CHECKS):
                     out[f"multitask/{check}/{n}"] = float(checks[i, j] / e)
+                if self.subtasks.has_gait[i]:
+                    out[f"multitask/gait_match/{n}"] = float(match[i] / e)
         rollout = gathered[:, -1]
         out["multitask/rollout_s_max_over_min"] = float(rollout.max() / rollout.min().clamp(
             min=1e-9))

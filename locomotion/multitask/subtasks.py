@@ -87,6 +87,7 @@ class SubtaskSet:
                                      device=env.device)
         self._min_match = torch.tensor([t.min_gait_match if t.gait != "free" else 0.0
                                         for t in self.subtasks], device=env.device)
+        self.has_gait = [t.gait != "free" for t in self.subtasks]
         self._levels = torch.tensor([t.levels for t in self.subtasks], device=env.device)
         if env.terrain is not None:
             types = env.terrain.column_types
@@ -127,14 +128,15 @@ class SubtaskSet:
             self.gait_match += gait.contact_match(foot_contact)
 
     def judge(self, env_ids: torch.Tensor, survived: torch.Tensor, lin_err: torch.Tensor,
-              length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Subtask id [n] and the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed) of finished
-        episodes; an episode succeeds when it passes all three."""
+              length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Subtask id [n], the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed) and the share
+        of foot contacts on schedule [n] (0 without a gait) of finished episodes; an episode
+        succeeds when it passes all three checks."""
         sub = self.slots.current[env_ids]
         match = self.gait_match[env_ids] / length.clamp(min=1)
         checks = torch.stack((survived > 0, lin_err <= self._max_err[sub],
                               match >= self._min_match[sub]), dim=1)
-        return sub, checks.float()
+        return sub, checks.float(), match
 
     def state_dict(self) -> dict:
         return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),

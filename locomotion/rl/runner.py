@@ -394,7 +394,7 @@ def whole_episodes(episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """
     keep = episode["partial"] == 0 if "partial" in episode else slice(None)
     return {k: v[keep] for k, v in episode.items()
-            if k not in ("partial", "subtask", "checks")}
+            if k not in ("partial", "subtask", "checks", "gait_match")}
 
 
 def summary_line(stats: dict, short: bool = False) -> str:
