@@ -19,9 +19,8 @@ SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multit
          "success_threshold=0.0", "window=1", "min_episodes=1"]
 
 
-def load_study():
-    spec = importlib.util.spec_from_file_location("multitask_study",
-                                                  ROOT / "scripts" / "multitask_study.py")
+def load_script(script: str = "multitask_study"):
+    spec = importlib.util.spec_from_file_location(script, ROOT / "scripts" / f"{script}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -29,7 +28,7 @@ def load_study():
 
 
 def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
-    study = load_study()
+    study = load_script()
     cfg = load_config("multitask_study", ["success_threshold=0.5", "window=2",
                                           "min_episodes=4"])
     curve = {"env_steps": np.array([10.0, 20, 30, 40]),
@@ -52,7 +51,7 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
 
 
 def test_study_runs_resumes_and_reports(tmp_path):
-    study = load_study()
+    study = load_script()
     cfg = load_config("multitask_study", SMALL)
     out, runs = tmp_path / "out", tmp_path / "runs"
     assert sorted(study.run_study(cfg, out, runs)) == ["learning_progress_s0", "uniform_s0"]
@@ -82,7 +81,7 @@ def test_study_runs_resumes_and_reports(tmp_path):
 def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
     """A run stopped part-way (here: its final curve lost after 2 of 3 iterations) resumes
     at its checkpoint and keeps the curve rows from before."""
-    study = load_study()
+    study = load_script()
     cfg = load_config("multitask_study", [*SMALL, "allocations=[uniform]"])
     out, runs = tmp_path / "out", tmp_path / "runs"
     study.run_study(cfg, out, runs)
@@ -104,7 +103,24 @@ def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
 
 
 def test_study_needs_the_multitask_task(tmp_path):
-    study = load_study()
+    study = load_script()
     cfg = load_config("multitask_study", ["task=flat_velocity", "multitask=none"])
     with pytest.raises(ValueError, match="needs subtasks: use task=multitask"):
         study.run_study(cfg, tmp_path, tmp_path)
+
+
+def test_subtask_checks_weight_each_iteration_by_its_episodes():
+    checks = load_script("subtask_checks")
+    rows = [{"iteration": 1, "multitask/episodes/trot": 2.0, "multitask/on_gait/trot": 0.5,
+             "multitask/gait_match/trot": 0.6, "multitask/success/trot": 0.0},
+            {"iteration": 2, "multitask/episodes/trot": 6.0, "multitask/on_gait/trot": 1.0,
+             "multitask/gait_match/trot": 0.9, "multitask/success/trot": 0.5,
+             "multitask/episodes/flat": 4.0, "multitask/success/flat": 0.25},
+            {"iteration": 3, "multitask/episodes/trot": 9.0, "multitask/on_gait/trot": 0.0}]
+    shares = checks.episode_weighted(rows, 1, 2)
+    assert list(shares) == ["flat", "trot"]
+    assert shares["trot"]["episodes"] == 8
+    assert shares["trot"]["on_gait"] == pytest.approx((2 * 0.5 + 6 * 1.0) / 8)
+    assert shares["trot"]["gait_match"] == pytest.approx((2 * 0.6 + 6 * 0.9) / 8)
+    assert shares["flat"]["success"] == 0.25 and math.isnan(shares["flat"]["gait_match"])
+    assert "| flat | 4 |" in checks.table(shares)
