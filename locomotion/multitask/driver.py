@@ -70,8 +70,8 @@ class SchedulerDriver:
 
         Returns the scalars to log: per-subtask success rate, episode count and the share
         of episodes passing each check (survived, tracked, on gait), the mean share of foot
-        contacts on schedule of gait subtasks, and on re-allocation
-        the progress, the new slot shares and each rank's rollout time.
+        contacts on schedule of gait subtasks, and on re-allocation the progress, the new
+        slot shares and each rank's rollout time.
         """
         s, c = len(self.names), len(CHECKS)
         local = self.subtasks.slots.counts("current", s).double()

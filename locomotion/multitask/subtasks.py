@@ -85,9 +85,10 @@ class SubtaskSet:
         self._push = torch.tensor([t.push for t in self.subtasks], device=env.device)
         self._max_err = torch.tensor([t.max_lin_vel_error for t in self.subtasks],
                                      device=env.device)
-        self._min_match = torch.tensor([t.min_gait_match if t.gait != "free" else 0.0
-                                        for t in self.subtasks], device=env.device)
         self.has_gait = [t.gait != "free" for t in self.subtasks]
+        self._min_match = torch.tensor([t.min_gait_match if g else 0.0 for t, g in
+                                        zip(self.subtasks, self.has_gait, strict=True)],
+                                       device=env.device)
         self._levels = torch.tensor([t.levels for t in self.subtasks], device=env.device)
         if env.terrain is not None:
             types = env.terrain.column_types
