@@ -25,7 +25,8 @@ def test_subtasks_set_terrain_commands_gait_and_pushes(env_with):
     env = env_with()
     mt, names = env.multitask, env.multitask.names
     sub = mt.slots.current
-    assert torch.bincount(sub, minlength=len(names)).tolist() == [4] * len(names)
+    counts = torch.bincount(sub, minlength=len(names))
+    assert counts.sum() == env.num_envs and counts.max() - counts.min() <= 1  # an even split
     kinds = [env.terrain.column_types[c] for c in env.curriculum.columns.tolist()]
     for i, k in enumerate(sub.tolist()):
         assert kinds[i] in mt.subtasks[k].terrain

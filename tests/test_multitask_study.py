@@ -57,13 +57,24 @@ def test_study_runs_resumes_and_reports(tmp_path):
     assert sorted(study.run_study(cfg, out, runs)) == ["learning_progress_s0", "uniform_s0"]
     curve = study.read_csv(out / "curves" / "learning_progress_s0.csv")
     names = study.subtask_names(curve)
-    assert names == ["flat", "rough", "stairs_slopes", "push_recovery", "trot", "pace",
+    assert names == ["flat", "rough", "stairs", "slopes", "push_recovery", "trot", "pace",
                      "bound", "pronk"]
     assert curve["iteration"].tolist() == [1, 2]
     shares = np.stack([curve[f"share/{n}"] for n in names])
     assert shares.sum(0) == pytest.approx(1.0) and (shares > 0).all()  # floors hold
     assert sum(curve[f"episodes/{n}"].sum() for n in names) > 0
-    assert (runs / "learning_progress_s0" / "checkpoints" / "latest.pt").exists()
+    checkpoint = runs / "learning_progress_s0" / "checkpoints" / "latest.pt"
+    assert checkpoint.exists()
+
+    terrain = load_script("subtask_terrain")
+    outcomes = terrain.terrain_outcomes(str(checkpoint), "stairs", num_envs=8)
+    assert outcomes and {kind for kind, _ in outcomes} <= {"stairs_up", "stairs_down"}
+    assert all(0 <= level <= 1 for _, level in outcomes)  # the subtask's level range
+    assert sum(o["episodes"] for o in outcomes.values()) > 0
+    assert all(0 <= o["survived"] <= 1 and 0 <= o["success"] <= 1 for o in outcomes.values())
+    assert "| terrain | level |" in terrain.table(outcomes)
+    with pytest.raises(ValueError, match="unknown subtask 'lava'.*stairs"):
+        terrain.terrain_outcomes(str(checkpoint), "lava", num_envs=8)
 
     stamp = (out / "curves" / "uniform_s0.csv").stat().st_mtime_ns
     assert study.run_study(cfg, out, runs) == []  # finished runs are skipped
