@@ -161,6 +161,7 @@ def _rank_main(rank: int, port: int, tmp: Path) -> None:
                       WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD))
     group = Distributed.from_environment("cpu", timeout_s=60)
     out: dict = {}
+    finished = False
     try:
         # Normalizer merge: ranks hold different amounts of differently distributed data.
         gen = torch.Generator().manual_seed(100 + rank)
@@ -192,8 +193,9 @@ def _rank_main(rank: int, port: int, tmp: Path) -> None:
         out["second"] = flat_params(second.policy)
         out["second_obs"] = second.env.obs["critic"].clone()
         out["second_iteration"] = second.iteration
+        finished = True
     finally:
-        group.close()
+        group.close(finished)  # a finished rank waits for its peer's last collective
     torch.save(out, tmp / f"rank{rank}.pt")
 
 
