@@ -15,20 +15,18 @@ import argparse
 from collections import defaultdict
 
 import torch
-from omegaconf import OmegaConf
 
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.evaluation.policies import load_policy
-from locomotion.rl.checkpoint import load_checkpoint
 
 COLUMNS = ("survived", "success", "lin_vel_error", "distance")
 
 
 def terrain_outcomes(path: str, subtask: str, num_envs: int) -> dict[tuple[str, int], dict]:
     """Per (terrain type, level) of the starting tile: episode count and mean of ``COLUMNS``."""
-    cfg = OmegaConf.create(load_checkpoint(path)["config"])
-    cfg.num_envs = num_envs
     policy = load_policy(path)
+    cfg = policy.train_config.copy()
+    cfg.num_envs = num_envs
     env = LocomotionEnv(cfg)
     try:
         subtasks, curriculum = env.multitask, env.curriculum
