@@ -18,11 +18,13 @@ def actions(env, steps: int, seed: int = 1, scale: float = 0.3) -> list[torch.Te
             for _ in range(steps)]
 
 
-def with_events(env_from_cfg, events: dict, *overrides: str, noise: dict | None = None):
-    """An env whose randomization is exactly ``events`` (and ``noise``)."""
+def with_events(env_from_cfg, events: dict, *overrides: str, noise: dict | None = None,
+                robots: object = None):
+    """An env whose randomization is exactly ``events`` (and ``noise``, ``robots``)."""
     cfg = load_config("env", ["num_envs=16", "reset=sync", *overrides])
     cfg.randomization = OmegaConf.create({"name": "test", "events": events,
-                                          "observation_noise": noise or {}})
+                                          "observation_noise": noise or {},
+                                          "distinct_robots": robots})
     return env_from_cfg(cfg)
 
 
@@ -39,7 +41,7 @@ def test_none_is_bit_identical_to_nominal(make_env, env_from_cfg):
         assert all(torch.equal(o1[k], o2[k]) for k in o1)
         assert torch.equal(r1, r2) and torch.equal(t1, t2) and torch.equal(u1, u2)
     assert not env.randomizer.table.fields  # no model copies either
-    assert not env.sim._own_model.any()
+    assert all(m is env.sim.model for m in env.sim.models)
 
 
 def test_robust_samples_in_range_and_differ(make_env):
@@ -192,6 +194,42 @@ def test_randomized_env_resumes_exactly(make_env):
     twin.load_state_dict(state)
     for a, want in zip(later, ref, strict=True):
         assert torch.equal(twin.step(a)[0]["policy"], want)
+
+
+def test_distinct_robots_share_draws_and_model_copies(env_from_cfg):
+    events = {"friction": {"mode": "startup", "friction": [0.4, 1.25]},
+              "payload": {"mode": "startup", "mass": {"add": [-1.0, 2.0]}},
+              "encoder_bias": {"mode": "startup", "offset": [-0.02, 0.02]}}
+    env = with_events(env_from_cfg, events, *CALM, robots=4)
+    r, sim = env.randomizer, env.sim
+    ground, base = env.model.geom("ground").id, env.model.body(env.spec.base_body).id
+    robots = torch.cat((r.table["geom_friction"][:, ground, :1],
+                        r.table["body_mass"][:, base:base + 1], r.joint_bias.double()), dim=1)
+    distinct, robot_of, share = robots.unique(dim=0, return_inverse=True, return_counts=True)
+    assert len(distinct) == 4 and share.tolist() == [4, 4, 4, 4]
+    assert distinct[:, 0].min() >= 0.4 and distinct[:, 0].max() <= 1.25
+    # one model copy per robot, holding that robot's values
+    assert len({id(m) for m in sim.models}) == 4
+    for i, m in enumerate(sim.models):
+        assert m is not env.model and m is sim.models[int((robot_of == robot_of[i]).nonzero()[0])]
+        assert m.geom_friction[ground, 0] == r.table["geom_friction"][i, ground, 0]
+    # changing one env copies its model: its robot's other envs keep their values
+    partners = (robot_of == robot_of[3]).nonzero().squeeze(1).tolist()
+    before = sim.models[partners[0] if partners[0] != 3 else partners[1]].body_mass[base]
+    r.set("payload", torch.tensor([3]), mass=torch.tensor([[1.5]]))
+    assert len({id(m) for m in sim.models}) == 5
+    assert sim.models[3].body_mass[base] == pytest.approx(env.model.body_mass[base] + 1.5)
+    assert all(sim.models[p].body_mass[base] == before for p in partners if p != 3)
+    # a resumed env shares copies the same way
+    twin = with_events(env_from_cfg, events, *CALM, "seed=5", robots=4)
+    twin.load_state_dict(env.state_dict())
+    assert len({id(m) for m in twin.sim.models}) == 5
+
+
+@pytest.mark.parametrize("robots", [0, 2.5, "many"])
+def test_invalid_distinct_robots_is_a_clear_error(env_from_cfg, robots):
+    with pytest.raises(RandomizationError, match="distinct_robots must be a whole number"):
+        with_events(env_from_cfg, {}, robots=robots)
 
 
 @pytest.mark.parametrize("events, match", [

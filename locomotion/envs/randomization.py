@@ -13,6 +13,11 @@ seeded generator, one tensor per event for all affected envs, so a seed gives th
 randomization on any backend. Model parameters reach the physics only through the
 backend's ``set_params`` and pushes through its state tensors, so both backends share
 this code. With no events the randomizer draws nothing and changes nothing.
+
+``distinct_robots: K`` makes the startup draws K robots instead of one per env, each
+shared by an equal share of the envs at random (Isaac Lab shares friction materials among
+buckets the same way). On the CPU backend envs of one robot share one model copy, which
+keeps the copies in cache; ``null`` draws one robot per env.
 """
 
 from __future__ import annotations
@@ -458,10 +463,15 @@ class Randomizer:
         self.num_joints = len(spec.joints)
         self.table = ModelTable(model, self.num_envs)
         cfg = cfg or {}
-        unknown = sorted(set(cfg) - {"name", "events", "observation_noise"})
+        valid = ["name", "events", "observation_noise", "distinct_robots"]
+        unknown = sorted(set(cfg) - set(valid))
         if unknown:
-            raise RandomizationError(f"unknown randomization keys {unknown}; valid: "
-                                     "['name', 'events', 'observation_noise']")
+            raise RandomizationError(f"unknown randomization keys {unknown}; valid: {valid}")
+        robots = cfg.get("distinct_robots")
+        if robots is not None and (type(robots) is not int or robots < 1):
+            raise RandomizationError("distinct_robots must be a whole number >= 1 or null "
+                                     f"(one robot per env); got {robots!r}")
+        self.distinct_robots = robots
         events = cfg.get("events") or {}
         bad = sorted(set(events) - set(EVENTS))
         if bad:
@@ -518,9 +528,19 @@ class Randomizer:
         for line in self.describe():
             log.info("randomization: %s", line)
         ids = torch.arange(self.num_envs)
+        k = self.distinct_robots
+        robot = None
+        if k is not None and k < self.num_envs:
+            log.info("randomization: startup draws make %d robots shared by %d envs", k,
+                     self.num_envs)
+            robot = torch.randperm(self.num_envs, generator=self.gen) % k
         for e in self.events.values():
             if e.mode == "startup":
-                e.apply(ids, e.sample(ids))
+                if robot is None:
+                    e.apply(ids, e.sample(ids))
+                else:
+                    e.apply(ids, {name: v[robot] for name, v in
+                                  e.sample(torch.arange(k)).items()})
 
     # ------------------------------------------------------------------ per reset / step
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:

@@ -3,7 +3,8 @@
 The full physics state of every world lives in one float64 array [N, nstate]; torch
 tensors are zero-copy views of it. A step is one ``rollout`` call of ``nsubsteps`` physics
 steps for all worlds, spread over the pool's threads (one ``MjData`` per thread). Worlds
-share one ``MjModel`` until a parameter of theirs is randomized, then get their own copy.
+with equal parameters share one ``MjModel``: a world's model is read at every physics step,
+and a copy per world does not stay in the core's cache the way a few shared ones do.
 Wrenches held on bodies (``apply_force``) ride along as controls: once the first is applied,
 every rollout also takes each world's ``xfrc_applied``.
 """
@@ -44,7 +45,9 @@ class NativeBackend:
         self._pool = rollout.Rollout(nthread=self.nthread if self.nthread > 1 else 0)
         self._datas = [mujoco.MjData(model) for _ in range(max(self.nthread, 1))]
         self.models: list[mujoco.MjModel] = [model] * num_envs
-        self._own_model = np.zeros(num_envs, dtype=bool)
+        # every world's value of each field set so far, and the model of each parameter set
+        self._params: dict[str, np.ndarray] = {}
+        self._by_params: dict[bytes, mujoco.MjModel] = {b"": model}
 
         nstate = mujoco.mj_stateSize(model, _FULL)
         off = state_offsets(model)
@@ -159,15 +162,38 @@ class NativeBackend:
             self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model, _CTRL_XFRC)))
 
     def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None:
-        """Set model field ``field`` of worlds ``env_ids`` (values [len(ids), *field shape])."""
+        """Set model field ``field`` of worlds ``env_ids`` (values [len(ids), *field shape]).
+
+        Each world then uses the model of its whole parameter set, shared with every world
+        whose parameters are equal (a new copy only for a set no world had).
+        """
         if not hasattr(self.model, field):
             raise ValueError(f"MjModel has no field {field!r}")
-        vals = np.asarray(values, dtype=np.float64)
-        for row, i in enumerate(np.asarray(env_ids).tolist()):
-            if not self._own_model[i]:
-                self.models[i] = copy.copy(self.model)
-                self._own_model[i] = True
-            getattr(self.models[i], field)[:] = vals[row]
+        ids = np.asarray(env_ids).reshape(-1)
+        if field not in self._params:
+            nominal = np.array(getattr(self.model, field), dtype=np.float64)
+            self._params[field] = np.repeat(nominal[None], self.num_envs, axis=0)
+            # a model made before this field was set holds its nominal value
+            self._by_params = {key + nominal.tobytes(): m for key, m in self._by_params.items()}
+        self._params[field][ids] = np.asarray(values, dtype=np.float64).reshape(
+            len(ids), *self._params[field].shape[1:])
+        rows = np.concatenate([p[ids].reshape(len(ids), -1) for p in self._params.values()],
+                              axis=1)
+        _, first, group = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        members = np.split(ids[np.argsort(group, kind="stable")],
+                           np.cumsum(np.bincount(group))[:-1])
+        for row, worlds in zip(first, members, strict=True):
+            key = rows[row].tobytes()
+            if key not in self._by_params:
+                model = copy.copy(self.model)
+                for f, p in self._params.items():
+                    getattr(model, f)[:] = p[ids[row]]
+                self._by_params[key] = model
+            for i in worlds.tolist():
+                self.models[i] = self._by_params[key]
+        used = set(map(id, self.models)) | {id(self.model)}
+        self._by_params = {k: m for k, m in self._by_params.items() if id(m) in used}
 
     def state_dict(self) -> dict:
         """Physics state of every world. Per-world model fields are not included: whoever
