@@ -185,7 +185,10 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
 
 # ---------------------------------------------------------------------- figures
 def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
-    """Windowed success rate vs env steps: one panel per subtask, one band per allocation."""
+    """Windowed success rate vs env steps: one panel per subtask, one band per allocation.
+
+    A window with fewer than ``min_episodes`` episodes (a mastered subtask held at its
+    floor share) has no rate and leaves a gap, not a drop to zero."""
     import matplotlib.pyplot as plt
 
     names = subtask_names(next(iter(curves.values())))
@@ -200,7 +203,7 @@ def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Pat
                 for (a, _), c in sorted(curves.items()) if a == allocation]
             if not runs:
                 continue
-            x, mean, low, high = mean_band(runs, "env_steps", "rate")
+            x, mean, low, high = mean_band(runs, "env_steps", "rate", fill=None)
             ax.plot(x, mean, color=COLORS.get(allocation), label=allocation)
             ax.fill_between(x, low, high, color=COLORS.get(allocation), alpha=0.2, linewidth=0)
         ax.axhline(float(cfg.success_threshold), color="k", linestyle=":", linewidth=0.8)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from locomotion.config import load_config
+from locomotion.study import mean_band
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
@@ -48,6 +49,17 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
     assert "| b | never (0/1) |" in table
     half = study.summary_table({("learning_progress", 0): steps}, cfg)  # uniform not run
     assert "| a | 0.0M (1/1) | not run yet | 0/0 |" in half
+
+
+def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
+    x = np.array([0.0, 1, 2, 3])
+    curves = [{"x": x, "y": np.array([0.5, np.nan, 1.0, np.nan])},
+              {"x": x, "y": np.array([0.3, 0.4, 0.6, np.nan])}]
+    _, mean, low, high = mean_band(curves, "x", "y", points=4)
+    assert mean.tolist() == pytest.approx([0.4, 0.2, 0.8, 0.0])  # NaN as 0
+    _, mean, low, high = mean_band(curves, "x", "y", points=4, fill=None)
+    assert mean[:3].tolist() == pytest.approx([0.4, 0.4, 0.8])  # the seeds that have a value
+    assert low[1] == high[1] == pytest.approx(0.4) and math.isnan(mean[3])
 
 
 def test_study_runs_resumes_and_reports(tmp_path):
