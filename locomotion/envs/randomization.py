@@ -529,18 +529,14 @@ class Randomizer:
             log.info("randomization: %s", line)
         ids = torch.arange(self.num_envs)
         k = self.distinct_robots
-        robot = None
+        drawn, robot = ids, ids  # one robot per env
         if k is not None and k < self.num_envs:
             log.info("randomization: startup draws make %d robots shared by %d envs", k,
                      self.num_envs)
-            robot = torch.randperm(self.num_envs, generator=self.gen) % k
+            drawn, robot = torch.arange(k), torch.randperm(self.num_envs, generator=self.gen) % k
         for e in self.events.values():
             if e.mode == "startup":
-                if robot is None:
-                    e.apply(ids, e.sample(ids))
-                else:
-                    e.apply(ids, {name: v[robot] for name, v in
-                                  e.sample(torch.arange(k)).items()})
+                e.apply(ids, {name: v[robot] for name, v in e.sample(drawn).items()})
 
     # ------------------------------------------------------------------ per reset / step
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
