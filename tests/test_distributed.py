@@ -260,3 +260,30 @@ def test_torchrun_command_restarts_into_its_run_directory(tmp_path):
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt")["iteration"] == 3
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()  # Hydra wrote there too
     assert not (tmp_path / "runs").exists()
+
+
+def test_two_node_launch_meets_at_one_endpoint(tmp_path):
+    """Two torchrun agents (one per "node") rendezvous at a c10d endpoint and train as one
+    group; launched again with the same id, the group continues the run."""
+    port, run_id = free_port(), "two_nodes"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+           str(ROOT / "scripts" / "train.py"), *SMALL]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def launch(iterations: int) -> list[str]:
+        agents = [subprocess.Popen([*cmd, f"max_iterations={iterations}"], cwd=tmp_path, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                  for _ in range(2)]
+        outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+        for agent, out in zip(agents, outputs):
+            assert agent.returncode == 0, out
+        return outputs
+
+    first = "".join(launch(2))
+    run_dir = tmp_path / "runs" / f"torchrun_{run_id}_go1_flat_velocity"
+    assert f"2 processes (gloo), run directory {run_dir}" in first
+    data = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert data["iteration"] == 2 and data["distributed"]["world_size"] == 2
+    assert "at iteration 2" in "".join(launch(3))
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["iteration"] == 3
