@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import multiprocessing
 import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -90,11 +89,9 @@ def run_jobs(fn: Callable, work: Iterable, jobs: int = 1) -> Iterator:
 def mean_band(curves: list[dict[str, np.ndarray]], x: str, y: str, points: int = 200,
               fill: float | None = 0.0):
     """Seeds interpolated onto a common x grid: (x, mean, min, max). NaN counts as ``fill``;
-    with ``fill=None`` it stays missing (a gap where no seed has a value)."""
+    with ``fill=None`` a point where any seed lacks a value is missing (a gap)."""
     end = min(c[x][-1] for c in curves)
     grid = np.linspace(min(c[x][0] for c in curves), end, points)
     ys = np.stack([np.interp(grid, c[x], c[y] if fill is None else np.nan_to_num(c[y], nan=fill))
                    for c in curves])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN
-        return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+    return grid, ys.mean(0), ys.min(0), ys.max(0)

@@ -136,6 +136,12 @@ def windowed_success(curve: dict[str, np.ndarray], name: str, window: int,
     return np.where(e >= min_episodes, w / np.maximum(e, 1e-9), np.nan)
 
 
+def hold_last(values: np.ndarray) -> np.ndarray:
+    """Each NaN replaced by the last value before it (leading NaNs stay)."""
+    last = np.maximum.accumulate(np.where(np.isnan(values), 0, np.arange(len(values))))
+    return values[last]
+
+
 def steps_to_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict[str, float]:
     """Env steps until each subtask first reaches the threshold (NaN: never), and 'all'."""
     out = {}
@@ -187,8 +193,9 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
 def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
     """Windowed success rate vs env steps: one panel per subtask, one band per allocation.
 
-    A window with fewer than ``min_episodes`` episodes (a mastered subtask held at its
-    floor share) has no rate and leaves a gap, not a drop to zero."""
+    A window with fewer than ``min_episodes`` episodes (a subtask held at its floor share)
+    holds that seed's last measured rate instead of dropping to zero, and the band starts
+    where every seed has a rate, so the mean never switches between subsets of seeds."""
     import matplotlib.pyplot as plt
 
     names = subtask_names(next(iter(curves.values())))
@@ -198,8 +205,8 @@ def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Pat
     for i, name in enumerate(names):
         ax = axes[i // cols][i % cols]
         for allocation in cfg.allocations:
-            runs = [{"env_steps": c["env_steps"], "rate": windowed_success(
-                c, name, int(cfg.window), float(cfg.min_episodes))}
+            runs = [{"env_steps": c["env_steps"], "rate": hold_last(windowed_success(
+                c, name, int(cfg.window), float(cfg.min_episodes)))}
                 for (a, _), c in sorted(curves.items()) if a == allocation]
             if not runs:
                 continue

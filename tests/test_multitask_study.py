@@ -58,8 +58,15 @@ def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
     _, mean, low, high = mean_band(curves, "x", "y", points=4)
     assert mean.tolist() == pytest.approx([0.4, 0.2, 0.8, 0.0])  # NaN as 0
     _, mean, low, high = mean_band(curves, "x", "y", points=4, fill=None)
-    assert mean[:3].tolist() == pytest.approx([0.4, 0.4, 0.8])  # the seeds that have a value
-    assert low[1] == high[1] == pytest.approx(0.4) and math.isnan(mean[3])
+    assert mean[[0, 2]].tolist() == pytest.approx([0.4, 0.8])  # every seed has a value
+    assert np.isnan(mean[[1, 3]]).all() and np.isnan(low[1]) and np.isnan(high[3])
+
+
+def test_hold_last_carries_the_last_measured_rate_over_gaps():
+    study = load_script()
+    held = study.hold_last(np.array([np.nan, 0.2, np.nan, np.nan, 0.9, np.nan]))
+    assert math.isnan(held[0])  # nothing measured yet
+    assert held[1:].tolist() == [0.2, 0.2, 0.2, 0.9, 0.9]
 
 
 def test_study_runs_resumes_and_reports(tmp_path):
