@@ -271,19 +271,19 @@ def test_two_node_launch_meets_at_one_endpoint(tmp_path):
            str(ROOT / "scripts" / "train.py"), *SMALL]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
-    def launch(iterations: int) -> list[str]:
+    def launch(iterations: int) -> str:
         agents = [subprocess.Popen([*cmd, f"max_iterations={iterations}"], cwd=tmp_path, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                   for _ in range(2)]
         outputs = [agent.communicate(timeout=240)[0] for agent in agents]
         for agent, out in zip(agents, outputs):
             assert agent.returncode == 0, out
-        return outputs
+        return "".join(outputs)
 
-    first = "".join(launch(2))
+    first = launch(2)
     run_dir = tmp_path / "runs" / f"torchrun_{run_id}_go1_flat_velocity"
     assert f"2 processes (gloo), run directory {run_dir}" in first
     data = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     assert data["iteration"] == 2 and data["distributed"]["world_size"] == 2
-    assert "at iteration 2" in "".join(launch(3))
+    assert "at iteration 2" in launch(3)
     assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["iteration"] == 3
