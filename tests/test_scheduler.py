@@ -9,30 +9,63 @@ from locomotion.multitask.scheduler import split_slots
 NAMES = ["flat", "rough", "stairs", "push"]
 
 
-def feed(s: Scheduler, rates: list[list[float]]) -> None:
+def feed(s: Scheduler, rates: list[list[float]], episodes: float = 100.0) -> None:
+    """Iterations of ``episodes`` episodes per subtask at the given success rates."""
     for row in rates:
-        s.update(torch.tensor(row), torch.ones(len(row)))
+        s.update(torch.tensor(row) * episodes, torch.full((len(row),), episodes))
 
 
 @pytest.mark.parametrize("slots", [8, 37, 512, 1000])
 def test_allocation_respects_floors_and_sums_to_slots(slots):
-    s = Scheduler(NAMES, slots, SchedulerConfig(floor=0.1))
+    s = Scheduler(NAMES, slots, SchedulerConfig(floor=0.1, patience=5))
     gen = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        s.update(torch.rand(4, generator=gen), torch.randint(0, 3, (4,), generator=gen))
+    for _ in range(40):
+        episodes = torch.randint(0, 3, (4,), generator=gen)
+        s.update(torch.binomial(episodes.double(), torch.rand(4, generator=gen).double()), episodes)
         counts = s.allocate()
         assert int(counts.sum()) == slots
         assert (counts >= max(1, round(0.1 * slots))).all()
 
 
 def test_progress_gets_the_slots_mastered_and_hopeless_get_the_floor():
-    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05))
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, keep=0.5, patience=1000))
     # flat: mastered; rough: improving fast; stairs: stuck at 0; push: improving slowly
-    feed(s, [[0.99, 0.1 + 0.04 * t, 0.0, 0.2 + 0.01 * t] for t in range(15)])
+    feed(s, [[0.99, 0.1 + 0.01 * t, 0.0, 0.2 + 0.003 * t] for t in range(60)])
+    assert s.classes()["mastered"].tolist() == [True, False, False, False]
+    assert s.classes()["hopeless"].tolist() == [False, False, True, False]
     counts = s.allocate()
     assert counts[0] == counts[2] == 50  # the floor
-    assert counts[1] > counts[3] > 50
+    assert counts[1] > counts[3] >= 125  # learning: at least half their uniform 250
     assert int(counts.sum()) == 1000
+
+
+def test_subtask_without_success_keeps_uniform_share_until_patience_runs_out():
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, patience=500))
+    feed(s, [[0.5 + 0.01 * t, 0.5, 0.5, 0.0] for t in range(4)])  # 400 episodes each
+    assert s.classes()["exploring"].tolist() == [False, False, False, True]
+    assert s.allocate()[3] >= 250  # no progress to follow yet, but not starved
+    feed(s, [[0.6, 0.5, 0.5, 0.0]])  # 500 episodes without a success
+    assert s.classes()["hopeless"][3] and s.allocate()[3] == 50
+    feed(s, [[0.6, 0.5, 0.5, 0.3]] * 3)  # it starts to succeed: learning again
+    assert s.classes()["learning"][3] and s.allocate()[3] > 50
+
+
+def test_gaps_within_sampling_noise_are_not_progress():
+    s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):  # success 0.5 throughout, three episodes per iteration
+        s.update(torch.binomial(torch.full((4,), 3.0), torch.full((4,), 0.5), generator=gen),
+                 torch.full((4,), 3.0))
+    assert s.progress.max() < 0.05
+    raw = (s.recent - s.long_successes / s.long_episodes).abs()
+    assert raw.max() > s.progress.max()
+
+
+def test_learning_subtasks_keep_their_share_of_uniform_slots():
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, keep=0.75))
+    feed(s, [[0.2 + 0.02 * t, 0.5, 0.5, 0.5] for t in range(30)])  # only flat improves
+    counts = s.allocate()
+    assert counts[1:].tolist() == [187] * 3 and counts[0] == 1000 - 3 * 187
 
 
 def test_uniform_ignores_progress():
@@ -43,8 +76,9 @@ def test_uniform_ignores_progress():
 
 def test_untried_subtasks_are_not_starved():
     s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
-    s.update(torch.tensor([0.5, 0.0, 0.0, 0.0]), torch.tensor([5, 0, 0, 0]))
-    assert (s.allocate() > 0).all()
+    feed(s, [[0.1 + 0.05 * t, 0.0, 0.0, 0.0] for t in range(10)], episodes=0.0)
+    s.update(torch.tensor([40.0, 0, 0, 0]), torch.tensor([50.0, 0, 0, 0]))
+    assert (s.allocate()[1:] >= 25).all()  # the uniform share
 
 
 def test_split_slots_largest_remainder():
@@ -79,11 +113,15 @@ def test_slot_switches_subtask_only_at_reset():
 def test_invalid_scheduler_config_is_a_clear_error():
     with pytest.raises(ValueError, match="not one of"):
         SchedulerConfig(allocation="greedy")
+    with pytest.raises(ValueError, match="keep must lie in"):
+        SchedulerConfig(keep=1.5)
     with pytest.raises(ValueError, match="cannot give 4 subtasks"):
         Scheduler(NAMES, 6, SchedulerConfig(floor=0.5))
+    with pytest.raises(ValueError, match="lacks"):
+        Scheduler(NAMES, 8, SchedulerConfig()).load_state_dict({"fast": torch.zeros(4)})
 
 
 def test_no_signal_yet_means_even_shares():
     s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
-    s.update(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([5, 5, 0, 0]))
+    s.update(torch.tensor([5.0, 0.0, 0.0, 0.0]), torch.tensor([5.0, 5.0, 0.0, 0.0]))
     assert s.allocate().tolist() == [25, 25, 25, 25]

@@ -85,7 +85,7 @@ class SchedulerDriver:
         for counts in (self._episodes, self._successes, self._checks, self._match):
             counts.zero_()
         rate = successes / episodes.clamp(min=1)
-        self.scheduler.update(rate, episodes)
+        self.scheduler.update(successes, episodes)
         out = {}
         for i, (n, r, e) in enumerate(zip(self.names, rate, episodes, strict=True)):
             if e > 0:
@@ -112,7 +112,7 @@ class SchedulerDriver:
             if self.rank == 0:
                 log.info("multitask slots at iteration %d: %s", iteration + 1, ", ".join(
                     f"{n} {int(c)} (success {float(r):.2f})"
-                    for n, c, r in zip(self.names, total, self.scheduler.fast, strict=True)))
+                    for n, c, r in zip(self.names, total, self.scheduler.recent, strict=True)))
         return out
 
     def _estimate_cost(self) -> torch.Tensor:

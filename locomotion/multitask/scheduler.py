@@ -1,11 +1,19 @@
 """The compute scheduler: how many env slots each subtask gets, from its learning progress.
 
-Every ``every`` iterations the scheduler looks at each subtask's success rate, tracked as
-a fast and a slow moving average. Their gap is the subtask's learning progress: large
-while the policy is getting better at it, near zero once it is mastered or while it is
-still out of reach. Slots above a per-subtask floor are shared in proportion to progress,
-so compute follows what is being learned now; the floor keeps every subtask in the
-batch (no forgetting, and a hopeless subtask is retried as the policy improves).
+Every ``every`` iterations the scheduler looks at each subtask's success rate over a
+recent and a long horizon (exponentially decayed counts of successes and episodes). Their
+gap is the subtask's learning progress, counted only where it exceeds the gap that sampling
+noise alone would make: a subtask sees a few episodes per iteration, so the raw gap of two
+averages is mostly noise. Slots are then set in four classes:
+
+- mastered (recent success above ``mastered`` beyond noise) and hopeless (still failing after
+  ``patience`` episodes): the floor only, which keeps them in the batch against forgetting
+  and retries a hopeless one as the policy improves;
+- exploring (no success yet, fewer than ``patience`` episodes): the uniform share, since a
+  subtask that has not succeeded yet shows no progress to follow;
+- learning (the rest): ``keep`` of the uniform share, plus the slots left over, shared in
+  proportion to progress.
+
 ``uniform`` gives every subtask the same share, the baseline to compare against.
 """
 
@@ -16,6 +24,8 @@ from dataclasses import dataclass
 import torch
 
 ALLOCATIONS = ("learning_progress", "uniform")
+_STATE = ("recent_successes", "recent_episodes", "long_successes", "long_episodes",
+          "episodes", "allocation")
 
 
 @dataclass(frozen=True)
@@ -25,9 +35,13 @@ class SchedulerConfig:
     allocation: str = "learning_progress"
     every: int = 10             # iterations between re-allocations
     floor: float = 0.05         # share of all slots every subtask keeps, at least one slot
-    fast: float = 0.3           # moving-average rates of the success signal
-    slow: float = 0.05
-    mastered: float = 0.95      # success above this counts as mastered: floor only
+    keep: float = 0.75          # share of its uniform slots a learning subtask keeps
+    fast: float = 0.04          # per-iteration decay of the recent success counts ...
+    slow: float = 0.01          # ... and of the long ones
+    noise: float = 1.0          # progress counts beyond this many standard errors
+    mastered: float = 0.9       # recent success above this: the floor only
+    hopeless: float = 0.05      # recent success below this after `patience` episodes: floor
+    patience: int = 1500        # episodes before a subtask without success counts as hopeless
     temperature: float = 1.0    # progress ** (1 / temperature): > 1 flattens the shares
 
     def __post_init__(self) -> None:
@@ -36,11 +50,16 @@ class SchedulerConfig:
                              f"{list(ALLOCATIONS)}")
         if self.every < 1:
             raise ValueError(f"multitask.every must be >= 1, got {self.every}")
-        if not 0.0 <= self.floor <= 1.0:
-            raise ValueError(f"multitask.floor must lie in [0, 1], got {self.floor}")
+        for name in ("floor", "keep", "mastered", "hopeless"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"multitask.{name} must lie in [0, 1], got "
+                                 f"{getattr(self, name)}")
         if not 0.0 < self.slow < self.fast <= 1.0:
             raise ValueError(f"need 0 < slow < fast <= 1, got slow={self.slow}, "
                              f"fast={self.fast}")
+        if self.noise < 0 or self.patience < 0:
+            raise ValueError(f"multitask.noise and multitask.patience must be >= 0, got "
+                             f"{self.noise} and {self.patience}")
 
 
 def split_slots(weights: torch.Tensor, total: int, minimum: torch.Tensor) -> torch.Tensor:
@@ -81,7 +100,7 @@ def split_across_ranks(counts: torch.Tensor, cost: torch.Tensor, num_ranks: int,
 
 
 class Scheduler:
-    """Allocates ``num_slots`` env slots among subtasks from their success rates."""
+    """Allocates ``num_slots`` env slots among subtasks from their success counts."""
 
     def __init__(self, names: list[str], num_slots: int, cfg: SchedulerConfig):
         if not names:
@@ -94,45 +113,79 @@ class Scheduler:
         if self.min_slots * s > num_slots:
             raise ValueError(f"{num_slots} env slots cannot give {s} subtasks "
                              f"{self.min_slots} slots each (multitask.floor={cfg.floor})")
-        self.fast = torch.zeros(s, dtype=torch.float64)
-        self.slow = torch.zeros(s, dtype=torch.float64)
-        self.seen = torch.zeros(s, dtype=torch.bool)
+        for name in _STATE[:-1]:
+            setattr(self, name, torch.zeros(s, dtype=torch.float64))
         self.allocation = split_slots(torch.ones(s), num_slots, torch.zeros(s))
 
-    def update(self, success: torch.Tensor, episodes: torch.Tensor) -> None:
-        """Fold in one iteration's success rate per subtask ([S]; only where episodes > 0)."""
-        ended = episodes > 0
-        first = ended & ~self.seen
-        rate = success.double()
-        self.fast[first] = self.slow[first] = rate[first]
-        again = ended & self.seen
-        self.fast[again] += self.cfg.fast * (rate[again] - self.fast[again])
-        self.slow[again] += self.cfg.slow * (rate[again] - self.slow[again])
-        self.seen |= ended
+    def update(self, successes: torch.Tensor, episodes: torch.Tensor) -> None:
+        """Fold in one iteration's successful and ended episodes per subtask ([S] each)."""
+        for (succ, eps), decay in (((self.recent_successes, self.recent_episodes),
+                                    self.cfg.fast),
+                                   ((self.long_successes, self.long_episodes), self.cfg.slow)):
+            succ.mul_(1 - decay).add_(successes.double())
+            eps.mul_(1 - decay).add_(episodes.double())
+        self.episodes += episodes.double()
+
+    @property
+    def recent(self) -> torch.Tensor:
+        """Success rate over the recent horizon (0 before any episode)."""
+        return self.recent_successes / self.recent_episodes.clamp(min=1e-9)
 
     @property
     def progress(self) -> torch.Tensor:
-        """Learning progress per subtask: |fast - slow| success average, 0 when mastered."""
-        lp = (self.fast - self.slow).abs()
-        return torch.where(self.fast >= self.cfg.mastered, 0.0, lp)
+        """|recent - long| success rate beyond ``noise`` standard errors of that gap
+        (approximate: the long counts include the recent ones); 0 when mastered."""
+        long = self.long_successes / self.long_episodes.clamp(min=1e-9)
+        p = (self.long_successes + 1) / (self.long_episodes + 2)  # no zero variance at 0 or 1
+        stderr = (p * (1 - p) * (1 / self.recent_episodes.clamp(min=1e-9)
+                                 + 1 / self.long_episodes.clamp(min=1e-9))).sqrt()
+        lp = ((self.recent - long).abs() - self.cfg.noise * stderr).clamp(min=0)
+        return torch.where(self._mastered(), 0.0, lp)
+
+    def _mastered(self) -> torch.Tensor:
+        """Recent success above ``mastered`` by ``noise`` standard errors."""
+        n = self.recent_episodes.clamp(min=1e-9)
+        p = (self.recent_successes + 1) / (n + 2)
+        return self.recent - self.cfg.noise * (p * (1 - p) / n).sqrt() >= self.cfg.mastered
+
+    def classes(self) -> dict[str, torch.Tensor]:
+        """Masks of the mastered, hopeless, exploring and learning subtasks."""
+        failing = self.recent < self.cfg.hopeless
+        mastered = self._mastered()
+        hopeless = failing & (self.episodes >= self.cfg.patience)
+        exploring = failing & ~hopeless
+        return {"mastered": mastered, "hopeless": hopeless, "exploring": exploring,
+                "learning": ~(mastered | failing)}
 
     def allocate(self) -> torch.Tensor:
         """New slot counts per subtask (sum = num_slots); also kept as ``allocation``."""
         s = len(self.names)
+        minimum = torch.full((s,), self.min_slots)
         if self.cfg.allocation == "uniform":
             weights = torch.ones(s)
         else:
-            weights = self.progress ** (1.0 / self.cfg.temperature)
-            if weights.max() <= 0:  # no progress signal anywhere yet: share evenly
-                weights = torch.ones(s, dtype=torch.float64)
-            weights[~self.seen] = weights.max()  # untried subtasks count as promising
-        self.allocation = split_slots(weights, self.num_slots,
-                                      torch.full((s,), self.min_slots))
+            c = self.classes()
+            share = self.num_slots // s
+            minimum[c["exploring"]] = share
+            minimum[c["learning"]] = max(self.min_slots, int(self.cfg.keep * share))
+            weights = torch.where(c["learning"], self.progress ** (1.0 / self.cfg.temperature),
+                                  0.0)
+            if weights.max() <= 0:  # no progress beyond noise: the unfloored share evenly
+                floored = c["mastered"] | c["hopeless"]
+                if floored.all():
+                    floored = torch.zeros_like(floored)
+                minimum = torch.where(floored, self.min_slots, 0)
+                weights = (~floored).double()
+        self.allocation = split_slots(weights, self.num_slots, minimum)
         return self.allocation
 
     def state_dict(self) -> dict:
-        return {k: getattr(self, k).clone() for k in ("fast", "slow", "seen", "allocation")}
+        return {k: getattr(self, k).clone() for k in _STATE}
 
     def load_state_dict(self, state: dict) -> None:
-        for k, v in state.items():
-            getattr(self, k).copy_(v)
+        missing = [k for k in _STATE if k not in state]
+        if missing:
+            raise ValueError(f"scheduler state lacks {missing} (saved by an older scheduler "
+                             f"that tracked {sorted(state)}); resume it with that version")
+        for k in _STATE:
+            getattr(self, k).copy_(state[k])
