@@ -154,3 +154,22 @@ def test_subtask_checks_weight_each_iteration_by_its_episodes():
     assert shares["trot"]["gait_match"] == pytest.approx((2 * 0.6 + 6 * 0.9) / 8)
     assert shares["flat"]["success"] == 0.25 and math.isnan(shares["flat"]["gait_match"])
     assert "| flat | 4 |" in checks.table(shares)
+
+
+def test_replay_sees_progress_on_a_rising_subtask_and_none_on_a_plateau():
+    replay = load_script("replay_scheduler")
+    rng = np.random.default_rng(0)
+    iterations = 600
+    rising = np.linspace(0.0, 0.9, iterations)
+    curve = {"episodes/rising": np.full(iterations, 3.0), "episodes/plateau": np.full(
+        iterations, 3.0)}
+    curve["success/rising"] = rng.binomial(3, rising) / 3
+    curve["success/plateau"] = rng.binomial(3, 0.5, iterations) / 3
+    cfg = load_config("multitask_study", []).multitask
+    names, progress = replay.replay(curve, replay.SchedulerConfig(
+        fast=cfg.fast, slow=cfg.slow, noise=cfg.noise, mastered=cfg.mastered))
+    assert names == ["rising", "plateau"]
+    assert progress[200:500, 0].mean() > 5 * progress[200:500, 1].mean()
+    _, raw = replay.replay(curve, replay.SchedulerConfig(noise=0.0, fast=0.3, slow=0.05))
+    assert raw[200:500, 1].mean() > 0.03  # without the noise allowance the plateau "progresses"
+    assert replay.window_rate(curve, "plateau", 1, iterations) == pytest.approx(0.5, abs=0.05)
