@@ -189,6 +189,32 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
     return "\n".join(lines) + "\n"
 
 
+def seed_table(steps: dict[tuple[str, int], dict[str, float]],
+               shares: dict[tuple[str, int], dict[str, float]], cfg: DictConfig) -> str:
+    """Markdown: per subtask and seed, env steps to threshold under each allocation and,
+    in brackets, the first allocation's mean share of env slots."""
+    allocations = [str(a) for a in cfg.allocations]
+    seeds = sorted({seed for _, seed in steps})
+    rows = list(next(iter(steps.values())))
+
+    def cell(a: str, seed: int, row: str) -> str:
+        v = steps.get((a, seed), {}).get(row)
+        return "-" if v is None else "never" if math.isnan(v) else f"{v / 1e6:.1f}M"
+
+    lines = [f"Per seed: env steps until {cfg.success_threshold}, " + " / ".join(allocations)
+             + f" (mean share of slots under {allocations[0]})", "",
+             "| subtask | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|" + "---|" * len(seeds)]
+    for row in rows:
+        cells = []
+        for s in seeds:
+            share = shares.get((allocations[0], s), {}).get(row)
+            cells.append(" / ".join(cell(a, s, row) for a in allocations)
+                         + (f" ({100 * share:.1f} %)" if share is not None else ""))
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- figures
 def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
     """Windowed success rate vs env steps: one panel per subtask, one band per allocation.
@@ -259,7 +285,10 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     if not curves:
         raise ValueError(f"no finished runs in {out_dir / 'curves'}")
     steps = {key: steps_to_threshold(c, cfg) for key, c in curves.items()}
-    (out_dir / "summary.md").write_text(summary_table(steps, cfg))
+    shares = {key: {n: float(c[f"share/{n}"].mean()) for n in subtask_names(c)}
+              for key, c in curves.items()}
+    (out_dir / "summary.md").write_text(summary_table(steps, cfg) + "\n"
+                                        + seed_table(steps, shares, cfg))
     plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")
     first = min(curves)
     plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")

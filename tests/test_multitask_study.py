@@ -49,6 +49,10 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
     assert "| b | never (0/1) |" in table
     half = study.summary_table({("learning_progress", 0): steps}, cfg)  # uniform not run
     assert "| a | 0.0M (1/1) | not run yet | 0/0 |" in half
+    per_seed = study.seed_table({("learning_progress", 0): steps, ("uniform", 1): steps},
+                                {("learning_progress", 0): {"a": 0.25}}, cfg)
+    assert "| a | 0.0M / - (25.0 %) | - / 0.0M |" in per_seed
+    assert "| b | never / - | - / never |" in per_seed
 
 
 def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
