@@ -62,6 +62,13 @@ class SchedulerConfig:
                              f"{self.noise} and {self.patience}")
 
 
+def _variance(successes: torch.Tensor, episodes: torch.Tensor) -> torch.Tensor:
+    """Per-episode success variance p(1 - p), with p smoothed by one success and one
+    failure so that a rate of 0 or 1 from few episodes does not claim zero noise."""
+    p = (successes + 1) / (episodes + 2)
+    return p * (1 - p)
+
+
 def split_slots(weights: torch.Tensor, total: int, minimum: torch.Tensor) -> torch.Tensor:
     """Integer slots per subtask summing to ``total``: ``minimum`` each, the rest in
     proportion to ``weights`` (largest remainders get the leftover slots)."""
@@ -136,17 +143,17 @@ class Scheduler:
         """|recent - long| success rate beyond ``noise`` standard errors of that gap
         (approximate: the long counts include the recent ones); 0 when mastered."""
         long = self.long_successes / self.long_episodes.clamp(min=1e-9)
-        p = (self.long_successes + 1) / (self.long_episodes + 2)  # no zero variance at 0 or 1
-        stderr = (p * (1 - p) * (1 / self.recent_episodes.clamp(min=1e-9)
-                                 + 1 / self.long_episodes.clamp(min=1e-9))).sqrt()
+        var = _variance(self.long_successes, self.long_episodes)
+        stderr = (var * (1 / self.recent_episodes.clamp(min=1e-9)
+                         + 1 / self.long_episodes.clamp(min=1e-9))).sqrt()
         lp = ((self.recent - long).abs() - self.cfg.noise * stderr).clamp(min=0)
         return torch.where(self._mastered(), 0.0, lp)
 
     def _mastered(self) -> torch.Tensor:
         """Recent success above ``mastered`` by ``noise`` standard errors."""
-        n = self.recent_episodes.clamp(min=1e-9)
-        p = (self.recent_successes + 1) / (n + 2)
-        return self.recent - self.cfg.noise * (p * (1 - p) / n).sqrt() >= self.cfg.mastered
+        var = _variance(self.recent_successes, self.recent_episodes)
+        stderr = (var / self.recent_episodes.clamp(min=1e-9)).sqrt()
+        return self.recent - self.cfg.noise * stderr >= self.cfg.mastered
 
     def classes(self) -> dict[str, torch.Tensor]:
         """Masks of the mastered, hopeless, exploring and learning subtasks."""
