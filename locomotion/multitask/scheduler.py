@@ -12,7 +12,8 @@ averages is mostly noise. Slots are then set in four classes:
 - exploring (no success yet, fewer than ``patience`` episodes): the uniform share, since a
   subtask that has not succeeded yet shows no progress to follow;
 - learning (the rest): ``keep`` of the uniform share, plus the slots left over, shared in
-  proportion to progress.
+  proportion to progress. With ``keep`` = 1 no subtask gets less than uniform before it is
+  mastered or hopeless; the compute freed from those goes to the ones that progress.
 
 ``uniform`` gives every subtask the same share, the baseline to compare against.
 """
@@ -35,7 +36,7 @@ class SchedulerConfig:
     allocation: str = "learning_progress"
     every: int = 10             # iterations between re-allocations
     floor: float = 0.05         # share of all slots every subtask keeps, at least one slot
-    keep: float = 0.75          # share of its uniform slots a learning subtask keeps
+    keep: float = 1.0           # share of its uniform slots a learning subtask keeps
     fast: float = 0.04          # per-iteration decay of the recent success counts ...
     slow: float = 0.01          # ... and of the long ones
     noise: float = 1.0          # progress counts beyond this many standard errors
