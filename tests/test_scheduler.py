@@ -68,6 +68,15 @@ def test_learning_subtasks_keep_their_share_of_uniform_slots():
     assert counts[1:].tolist() == [187] * 3 and counts[0] == 1000 - 3 * 187
 
 
+def test_by_default_only_mastered_and_hopeless_give_up_slots():
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, patience=5000))
+    # flat: mastered; rough: improving fast; stairs: flat at 0.5; push: not succeeding yet
+    feed(s, [[0.99, 0.1 + 0.02 * t, 0.5, 0.0] for t in range(30)])
+    counts = s.allocate()
+    assert counts[0] == 50 and (counts[1:] >= 250).all()  # nobody unmastered below uniform
+    assert counts[1] == 1000 - 50 - 2 * 250  # the mastered one's slots follow progress
+
+
 def test_uniform_ignores_progress():
     s = Scheduler(NAMES, 100, SchedulerConfig(allocation="uniform"))
     feed(s, [[0.99, 0.1 + 0.04 * t, 0.0, 0.5] for t in range(15)])
