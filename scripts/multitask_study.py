@@ -27,10 +27,14 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs import LocomotionEnv
+from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
 from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
 
 COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
+# What decides a run's outcome: a checkpoint saved under other values is another experiment.
+RUN_KEYS = ("seed", "num_envs", "robot", "terrain", "randomization", "multitask", "task",
+            "reset", "solver", "algo")
 
 
 def run_name(allocation: str, seed: int) -> str:
@@ -89,6 +93,12 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
         print(f"{partial.parent.name}: checkpoint without a curve so far, starting over",
               flush=True)
         return []
+    saved = load_checkpoint(runner.checkpoint_path)["config"]
+    current = OmegaConf.to_container(runner.cfg, resolve=True)
+    changed = [k for k in RUN_KEYS if saved.get(k) != current.get(k)]
+    if changed:
+        raise ValueError(f"{runner.checkpoint_path} was trained with other {changed} than "
+                         "this study asks: remove it or pick another runs_dir")
     runner.load(runner.checkpoint_path)
     if runner.iteration > iterations:
         raise ValueError(f"{runner.checkpoint_path} is at iteration {runner.iteration}, past "

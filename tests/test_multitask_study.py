@@ -135,6 +135,11 @@ def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="at iteration 3, past the study's 1"):
         study.run_study(cfg, out, runs)
 
+    cfg.iterations = 3
+    cfg.multitask.floor = 0.1  # a changed scheduler is another run, not this one resumed
+    with pytest.raises(ValueError, match=r"trained with other \['multitask'\]"):
+        study.run_study(cfg, out, runs)
+
 
 def test_study_needs_the_multitask_task(tmp_path):
     study = load_script()
