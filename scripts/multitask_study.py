@@ -164,6 +164,15 @@ def steps_to_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict[st
     return out
 
 
+def shares_until_reached(curve: dict[str, np.ndarray], reached: dict[str, float]
+                         ) -> dict[str, float]:
+    """Each subtask's mean share of slots up to the step it reached the threshold (the whole
+    run if it never did): the experience the allocation gave it while it learned."""
+    return {n: float(curve[f"share/{n}"][curve["env_steps"] <= reached[n]].mean()
+                     if not math.isnan(reached[n]) else curve[f"share/{n}"].mean())
+            for n in subtask_names(curve)}
+
+
 def fmt_steps(values: list[float]) -> str:
     if not values:
         return "not run yet"
@@ -202,7 +211,7 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
 def seed_table(steps: dict[tuple[str, int], dict[str, float]],
                shares: dict[tuple[str, int], dict[str, float]], cfg: DictConfig) -> str:
     """Markdown: per subtask and seed, env steps to threshold under each allocation and,
-    in brackets, the first allocation's mean share of env slots."""
+    in brackets, the first allocation's mean share of env slots until then."""
     allocations = [str(a) for a in cfg.allocations]
     seeds = sorted({seed for _, seed in steps})
     rows = list(next(iter(steps.values())))
@@ -212,7 +221,7 @@ def seed_table(steps: dict[tuple[str, int], dict[str, float]],
         return "-" if v is None else "never" if math.isnan(v) else f"{v / 1e6:.1f}M"
 
     lines = [f"Per seed: env steps until {cfg.success_threshold}, " + " / ".join(allocations)
-             + f" (mean share of slots under {allocations[0]})", "",
+             + f" (mean share of slots under {allocations[0]} until then)", "",
              "| subtask | " + " | ".join(f"seed {s}" for s in seeds) + " |",
              "|---|" + "---|" * len(seeds)]
     for row in rows:
@@ -295,8 +304,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     if not curves:
         raise ValueError(f"no finished runs in {out_dir / 'curves'}")
     steps = {key: steps_to_threshold(c, cfg) for key, c in curves.items()}
-    shares = {key: {n: float(c[f"share/{n}"].mean()) for n in subtask_names(c)}
-              for key, c in curves.items()}
+    shares = {key: shares_until_reached(c, steps[key]) for key, c in curves.items()}
     (out_dir / "summary.md").write_text(summary_table(steps, cfg) + "\n"
                                         + seed_table(steps, shares, cfg))
     plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")

@@ -53,6 +53,9 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
                                 {("learning_progress", 0): {"a": 0.25}}, cfg)
     assert "| a | 0.0M / - (25.0 %) | - / 0.0M |" in per_seed
     assert "| b | never / - | - / never |" in per_seed
+    curve.update({"share/a": np.array([0.2, 0.4, 0.6, 0.8]), "share/b": np.full(4, 0.5)})
+    shares = study.shares_until_reached(curve, {"a": 20.0, "b": math.nan})
+    assert shares == pytest.approx({"a": 0.3, "b": 0.5})  # a: steps 10 and 20; b: all
 
 
 def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
