@@ -168,8 +168,8 @@ def shares_until_reached(curve: dict[str, np.ndarray], reached: dict[str, float]
                          ) -> dict[str, float]:
     """Each subtask's mean share of slots up to the step it reached the threshold (the whole
     run if it never did): the experience the allocation gave it while it learned."""
-    return {n: float(curve[f"share/{n}"][curve["env_steps"] <= reached[n]].mean()
-                     if not math.isnan(reached[n]) else curve[f"share/{n}"].mean())
+    return {n: float(curve[f"share/{n}"][curve["env_steps"]
+                                         <= np.nan_to_num(reached[n], nan=np.inf)].mean())
             for n in subtask_names(curve)}
 
 
