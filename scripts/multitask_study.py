@@ -205,7 +205,21 @@ def summary_table(steps: dict[tuple[str, int], dict[str, float]], cfg: DictConfi
         wins = sum(faster(steps[(allocations[0], s)][row], steps[(allocations[1], s)][row])
                    for s in paired)
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {wins}/{len(paired)} |")
+    if paired:
+        lines += ["", tally(steps, allocations[:2], paired)]
     return "\n".join(lines) + "\n"
+
+
+def tally(steps: dict[tuple[str, int], dict[str, float]], allocations: list[str],
+          seeds: list[int]) -> str:
+    """Over every subtask and seed, how often each of two allocations got there first."""
+    pairs = [(steps[(allocations[0], s)][n], steps[(allocations[1], s)][n])
+             for s in seeds for n in steps[(allocations[0], s)] if n != "all subtasks"]
+    first = sum(faster(x, y) for x, y in pairs)
+    second = sum(faster(y, x) for x, y in pairs)
+    return (f"Over {len(pairs)} subtask-seeds: {allocations[0]} first on {first}, "
+            f"{allocations[1]} first on {second}, tied or neither reached on "
+            f"{len(pairs) - first - second}.")
 
 
 def seed_table(steps: dict[tuple[str, int], dict[str, float]],

@@ -47,6 +47,8 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
                                                   "all subtasks": 30.0}}, cfg)
     assert "| a | 0.0M (1/1) | 0.0M (1/1) | 0/1 |" in table
     assert "| b | never (0/1) |" in table
+    assert "Over 2 subtask-seeds: learning_progress first on 0, uniform first on 2, " \
+        "tied or neither reached on 0." in table
     half = study.summary_table({("learning_progress", 0): steps}, cfg)  # uniform not run
     assert "| a | 0.0M (1/1) | not run yet | 0/0 |" in half
     per_seed = study.seed_table({("learning_progress", 0): steps, ("uniform", 1): steps},
