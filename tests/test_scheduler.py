@@ -132,5 +132,13 @@ def test_invalid_scheduler_config_is_a_clear_error():
 
 def test_no_signal_yet_means_even_shares():
     s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
-    s.update(torch.tensor([5.0, 0.0, 0.0, 0.0]), torch.tensor([5.0, 5.0, 0.0, 0.0]))
+    # one iteration: 4 of 5 flat episodes succeed (not yet mastered beyond noise), none of rough's
+    s.update(torch.tensor([4.0, 0.0, 0.0, 0.0]), torch.tensor([5.0, 5.0, 0.0, 0.0]))
+    assert not s.classes()["mastered"].any()
     assert s.allocate().tolist() == [25, 25, 25, 25]
+
+
+def test_few_episodes_all_successful_count_as_mastered_only_beyond_noise():
+    s = Scheduler(NAMES, 100, SchedulerConfig(mastered=0.8))
+    s.update(torch.tensor([2.0, 5.0, 0.0, 0.0]), torch.tensor([2.0, 5.0, 0.0, 0.0]))
+    assert s.classes()["mastered"].tolist() == [False, True, False, False]

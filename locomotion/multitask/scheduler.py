@@ -40,7 +40,7 @@ class SchedulerConfig:
     fast: float = 0.04          # per-iteration decay of the recent success counts ...
     slow: float = 0.01          # ... and of the long ones
     noise: float = 1.0          # progress counts beyond this many standard errors
-    mastered: float = 0.9       # recent success above this: the floor only
+    mastered: float = 0.8       # recent success above this: the floor only
     hopeless: float = 0.05      # recent success below this after `patience` episodes: floor
     patience: int = 1500        # episodes before a subtask without success counts as hopeless
     temperature: float = 1.0    # progress ** (1 / temperature): > 1 flattens the shares
