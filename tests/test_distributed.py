@@ -276,7 +276,7 @@ def test_two_node_launch_meets_at_one_endpoint(tmp_path):
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                   for _ in range(2)]
         outputs = [agent.communicate(timeout=240)[0] for agent in agents]
-        for agent, out in zip(agents, outputs):
+        for agent, out in zip(agents, outputs, strict=True):
             assert agent.returncode == 0, out
         return "".join(outputs)
 
