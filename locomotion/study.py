@@ -3,20 +3,41 @@ pinned cores, and the seed bands their figures draw.
 
 A study trains many independent runs with the same budget and compares their curves. Each
 run writes its curve once, atomically, when it finishes, so a CSV that exists is a finished
-run and an interrupted study resumes by skipping those.
+run and an interrupted study resumes by skipping those. Beside the curve it keeps the
+settings the run was trained with, so a study asked to run with other settings stops
+instead of reporting the old curve as the new experiment.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from locomotion.rl.runner import sigterm_as_interrupt
+
+# What decides a run's outcome: a curve or checkpoint made under other values of these is
+# another experiment. Not here: where it runs (device, threads) and how it logs.
+RUN_KEYS = ("seed", "num_envs", "robot", "terrain", "randomization", "multitask", "task",
+            "reset", "solver", "algo")
+
+
+def run_settings(cfg: DictConfig) -> dict:
+    """The resolved values of ``RUN_KEYS`` in ``cfg``, as JSON would give them back."""
+    values = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
+              else cfg[k] for k in RUN_KEYS}
+    return json.loads(json.dumps(values))
+
+
+def changed_settings(saved: dict, wanted: dict) -> list[str]:
+    """The top-level keys whose values differ between two ``run_settings``."""
+    return sorted(k for k in saved.keys() | wanted.keys() if saved.get(k) != wanted.get(k))
 
 
 def curve_path(out_dir: Path, name: str) -> Path:
@@ -24,16 +45,33 @@ def curve_path(out_dir: Path, name: str) -> Path:
     return out_dir / "curves" / f"{name}.csv"
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
+def settings_path(curve: Path) -> Path:
+    """Where the settings of the run that drew ``curve`` are kept."""
+    return curve.with_suffix(".settings.json")
+
+
+def _write_atomically(path: Path, write: Callable) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
+    def write(f) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         for row in rows:
             writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    os.replace(tmp, path)
+    _write_atomically(path, write)
+
+
+def write_curve(path: Path, rows: list[dict], settings: dict) -> None:
+    """A finished run's curve and, first, its settings: a curve never lacks them."""
+    _write_atomically(settings_path(path), lambda f: json.dump(settings, f, indent=1))
+    write_csv(path, rows)
 
 
 def read_csv(path: Path) -> dict[str, np.ndarray]:
@@ -43,15 +81,20 @@ def read_csv(path: Path) -> dict[str, np.ndarray]:
     return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
 
 
-def finished(path: Path, column: str, budget: int, unit: str) -> bool:
-    """Whether ``path`` holds a finished run; one that ran another budget is an error, so a
-    changed study never mixes budgets in one table."""
+def finished(path: Path, column: str, budget: int, unit: str, settings: dict) -> bool:
+    """Whether ``path`` holds a finished run of ``settings``. One that ran another budget or
+    other settings is an error, so a changed study never mixes experiments in one table.
+    A curve kept without settings (from before they were kept) is taken as it is."""
     if not path.exists():
         return False
     done = int(read_csv(path)[column][-1])
     if done != budget:
         raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
                          "pick another out_dir")
+    saved = settings_path(path)
+    if saved.exists() and (changed := changed_settings(json.loads(saved.read_text()), settings)):
+        raise ValueError(f"{path} was trained with other {changed} than the study asks: "
+                         "remove it or pick another out_dir")
     return True
 
 

@@ -3,8 +3,12 @@
 Every run trains the shared multitask policy (``task=multitask``) for the same number of
 iterations with one allocation and one seed, and writes per iteration each subtask's success
 rate, episode count and share of env slots to ``<out_dir>/curves/<allocation>_s<seed>.csv``.
-Runs whose CSV exists are skipped, so an interrupted study resumes. Then the summary (env
-steps until each subtask reaches its success threshold) and the figures are (re)drawn.
+Runs whose CSV exists are skipped, so an interrupted study resumes; the settings each run was
+trained with are kept beside its CSV, and a study asked for other settings stops there. The
+scheduler's knobs do not enter a uniform run's settings, so the uniform curves (CSV and
+settings) can be copied into the out_dir of a study that changes only them. Then the
+summary (env steps until each subtask reaches its success threshold) and the figures are
+(re)drawn.
 
     python scripts/multitask_study.py                      # 2 allocations x 3 seeds
     python scripts/multitask_study.py jobs=2 seeds=[0]     # one seed, both runs at once
@@ -29,16 +33,39 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs import LocomotionEnv
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
-from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import (
+    changed_settings,
+    curve_path,
+    finished,
+    mean_band,
+    read_csv,
+    run_jobs,
+    run_settings,
+    write_csv,
+    write_curve,
+)
 
 COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
-# What decides a run's outcome: a checkpoint saved under other values is another experiment.
-RUN_KEYS = ("seed", "num_envs", "robot", "terrain", "randomization", "multitask", "task",
-            "reset", "solver", "algo")
+# Scheduler knobs that leave uniform slots as they are: one uniform curve serves them all.
+UNIFORM_IGNORES = ("every", "keep", "fast", "slow", "noise", "mastered", "hopeless",
+                   "patience", "temperature")
 
 
 def run_name(allocation: str, seed: int) -> str:
     return f"{allocation}_s{seed}"
+
+
+def run_config(cfg: DictConfig, allocation: str, seed: int) -> DictConfig:
+    return OmegaConf.merge(cfg, {"seed": seed, "multitask": {"allocation": allocation}})
+
+
+def curve_settings(run_cfg: DictConfig) -> dict:
+    """What a run's curve depends on; a finished curve is reused only for the same."""
+    settings = run_settings(run_cfg)
+    if run_cfg.multitask.allocation == "uniform":
+        settings["multitask"] = {k: v for k, v in settings["multitask"].items()
+                                 if k not in UNIFORM_IGNORES}
+    return settings
 
 
 def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> dict:
@@ -64,7 +91,7 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
     """
     cfg, allocation, seed, out_dir, runs_dir = job
     name = run_name(allocation, seed)
-    run_cfg = OmegaConf.merge(cfg, {"seed": seed, "multitask": {"allocation": allocation}})
+    run_cfg = run_config(cfg, allocation, seed)
     env = LocomotionEnv(run_cfg)
     runner = Runner(env, run_cfg, log_dir=runs_dir / name)
     names = env.multitask.names
@@ -81,7 +108,7 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
         runner.learn(int(cfg.iterations) - runner.iteration, should_stop=record)
     finally:
         env.close()
-    write_csv(curve_path(out_dir, name), rows)
+    write_curve(curve_path(out_dir, name), rows, curve_settings(run_cfg))
     return name, time.perf_counter() - start
 
 
@@ -94,8 +121,7 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
               flush=True)
         return []
     saved = load_checkpoint(runner.checkpoint_path)["config"]
-    current = OmegaConf.to_container(runner.cfg, resolve=True)
-    changed = [k for k in RUN_KEYS if saved.get(k) != current.get(k)]
+    changed = changed_settings(run_settings(OmegaConf.create(saved)), run_settings(runner.cfg))
     if changed:
         raise ValueError(f"{runner.checkpoint_path} was trained with other {changed} than "
                          "this study asks: remove it or pick another runs_dir")
@@ -114,15 +140,22 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
     return rows
 
 
+def pending(cfg: DictConfig, out_dir: Path) -> list[tuple[str, int]]:
+    """The (allocation, seed) runs without a finished curve, seed by seed; finished ones
+    must have run the study's budget and settings."""
+    runs = [(str(allocation), int(seed)) for seed in cfg.seeds for allocation in cfg.allocations]
+    return [(a, seed) for a, seed in runs if not finished(
+        curve_path(out_dir, run_name(a, seed)), "iteration", int(cfg.iterations), "iterations",
+        curve_settings(run_config(cfg, a, seed)))]
+
+
 def run_study(cfg: DictConfig, out_dir: Path, runs_dir: Path, jobs: int = 1) -> list[str]:
     """Run every (allocation, seed) without a curve yet; return the names run now."""
     if not OmegaConf.select(cfg, "multitask.subtasks"):
         raise ValueError("the multitask study needs subtasks: use task=multitask "
                          f"(got task={cfg.task.name})")
-    work = [(cfg, str(allocation), int(seed), out_dir, runs_dir)
-            for seed in cfg.seeds for allocation in cfg.allocations  # pairs first
-            if not finished(curve_path(out_dir, run_name(allocation, int(seed))),
-                            "iteration", int(cfg.iterations), "iterations")]
+    work = [(cfg, allocation, seed, out_dir, runs_dir)
+            for allocation, seed in pending(cfg, out_dir)]
     ran = []
     for name, seconds in run_jobs(run_one, work, jobs):
         print(f"{name}: {seconds:.0f} s", flush=True)

@@ -35,7 +35,15 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.envs import LocomotionEnv
 from locomotion.envs.toy_horizon import PhaseTargetEnv
 from locomotion.rl.runner import Runner
-from locomotion.study import curve_path, finished, mean_band, read_csv, run_jobs, write_csv
+from locomotion.study import (
+    curve_path,
+    finished,
+    mean_band,
+    read_csv,
+    run_jobs,
+    run_settings,
+    write_curve,
+)
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -147,15 +155,17 @@ def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:
                      should_stop=record)
     finally:
         env.close()
-    write_csv(path, rows)
+    write_curve(path, rows, run_settings(run_cfg))
     return float(rows[-1]["return"])
 
 
 def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
-    """The cells without a finished curve (finished ones must have run the study's budget)."""
+    """The cells without a finished curve (finished ones must have run the study's budget and
+    settings)."""
     budget = int(study_settings(cfg).env_steps)
     return [cell for cell in grid_cells(cfg) if not finished(
-        curve_path(out_dir, cell.name), "env_steps", budget, "env steps")]
+        curve_path(out_dir, cell.name), "env_steps", budget, "env steps",
+        run_settings(cell_config(cfg, cell)))]
 
 
 def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:

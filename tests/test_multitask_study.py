@@ -112,6 +112,20 @@ def test_study_runs_resumes_and_reports(tmp_path):
     for name in ("success_vs_env_steps", "allocation"):
         assert (out / f"{name}.png").stat().st_size > 0
 
+    # scheduler knobs leave the uniform curve valid, not the learning-progress one
+    (out / "curves" / "learning_progress_s0.csv").rename(out / "learning_progress_s0.csv")
+    cfg.multitask.mastered = 0.7
+    assert study.pending(cfg, out) == [("learning_progress", 0)]
+    (out / "learning_progress_s0.csv").rename(out / "curves" / "learning_progress_s0.csv")
+    with pytest.raises(ValueError, match=r"learning_progress_s0.csv was trained with other "
+                                         r"\['multitask'\]"):
+        study.run_study(cfg, out, runs)
+    cfg.multitask.mastered = 0.8
+    cfg.algo.ppo.gamma, cfg.allocations = 0.9, ["uniform"]  # and nothing else does
+    with pytest.raises(ValueError, match=r"uniform_s0.csv was trained with other \['algo'\]"):
+        study.pending(cfg, out)
+    cfg.algo.ppo.gamma, cfg.allocations = 0.99, ["learning_progress", "uniform"]
+
     cfg.iterations = 3
     with pytest.raises(ValueError, match="ran 2 iterations, the study asks 3"):
         study.run_study(cfg, out, runs)
