@@ -81,6 +81,19 @@ def read_csv(path: Path) -> dict[str, np.ndarray]:
     return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
 
 
+def first_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
+                     ignore: tuple[str, ...] = ("wall_s",)) -> int | None:
+    """Index of the first row where two curves differ in a shared column (NaN equals NaN),
+    over their common length; None where they agree. Columns in ``ignore`` (timings) are
+    expected to differ."""
+    rows = min(len(next(iter(a.values()))), len(next(iter(b.values()))))
+    differs = np.zeros(rows, dtype=bool)
+    for k in (a.keys() & b.keys()) - set(ignore):
+        x, y = a[k][:rows], b[k][:rows]
+        differs |= ~((x == y) | (np.isnan(x) & np.isnan(y)))
+    return int(np.argmax(differs)) if differs.any() else None
+
+
 def finished(path: Path, column: str, budget: int, unit: str, settings: dict) -> bool:
     """Whether ``path`` holds a finished run of ``settings``. One that ran another budget or
     other settings is an error, so a changed study never mixes experiments in one table.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from locomotion.config import load_config
-from locomotion.study import mean_band
+from locomotion.study import first_difference, mean_band
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
@@ -69,6 +69,17 @@ def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
     _, mean, low, high = mean_band(curves, "x", "y", points=4, fill=None)
     assert mean[[0, 2]].tolist() == pytest.approx([0.4, 0.8])  # every seed has a value
     assert np.isnan(mean[[1, 3]]).all() and np.isnan(low[1]) and np.isnan(high[3])
+
+
+def test_first_difference_skips_timings_and_equal_nans():
+    a = {"iteration": np.array([1.0, 2, 3]), "wall_s": np.array([1.0, 2, 3]),
+         "success/a": np.array([np.nan, 0.5, 0.7])}
+    b = {"iteration": np.array([1.0, 2, 3, 4]), "wall_s": np.array([9.0, 9, 9, 9]),
+         "success/a": np.array([np.nan, 0.5, 0.7, 0.9])}
+    assert first_difference(a, b) is None  # over the common rows, timings aside
+    b["success/a"][2] = 0.6
+    assert first_difference(a, b) == 2
+    assert first_difference(a, b, ignore=()) == 0
 
 
 def test_hold_last_carries_the_last_measured_rate_over_gaps():

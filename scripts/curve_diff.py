@@ -1,0 +1,35 @@
+"""Where two study curves part: the first iteration at which their logged values differ.
+
+    python scripts/curve_diff.py docs/multitask/curves/uniform_s0.csv \
+        docs/multitask/curves/learning_progress_s0.csv
+
+Two runs of one config on one machine with the same thread counts give equal curves row
+for row. A learning-progress run equals the uniform run of its seed until the scheduler
+first changes the slots; a run on another CPU, or with other ``torch_threads`` or
+``sim.nthread``, rounds differently and parts after a few dozen iterations. Timings
+(``wall_s``) are not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from locomotion.study import first_difference, read_csv
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("curves", nargs=2, type=Path, help="two curve CSVs of a study")
+    a, b = (read_csv(path) for path in parser.parse_args().curves)
+    row = first_difference(a, b)
+    rows = min(len(a["iteration"]), len(b["iteration"]))
+    if row is None:
+        print(f"equal over all {rows} common rows")
+    else:
+        print(f"first difference at iteration {int(a['iteration'][row])}, after {row} equal "
+              f"rows (of {rows} common rows)")
+
+
+if __name__ == "__main__":
+    main()
