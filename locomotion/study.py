@@ -35,9 +35,17 @@ def run_settings(cfg: DictConfig) -> dict:
     return json.loads(json.dumps(values))
 
 
-def changed_settings(saved: dict, wanted: dict) -> list[str]:
-    """The top-level keys whose values differ between two ``run_settings``."""
-    return sorted(k for k in saved.keys() | wanted.keys() if saved.get(k) != wanted.get(k))
+def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two ``run_settings``, down to the
+    leaves, so an error can say which setting changed (``multitask.noise``)."""
+    changed = []
+    for k in sorted(saved.keys() | wanted.keys()):
+        a, b = saved.get(k), wanted.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{k}.")
+        elif a != b:
+            changed.append(f"{prefix}{k}")
+    return changed
 
 
 def curve_path(out_dir: Path, name: str) -> Path:

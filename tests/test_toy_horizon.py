@@ -119,7 +119,8 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
     assert "| 8 | 16 | staggered |" in (tmp_path / "summary.md").read_text()
 
     cfg.study.toy.config.algo.ppo.gamma = 0.9  # another experiment: its curves are not these
-    with pytest.raises(ValueError, match=r"sync_K8_N16_s0.csv was trained with other \['algo'\]"):
+    with pytest.raises(ValueError,
+                       match=r"sync_K8_N16_s0.csv was trained with other \['algo.ppo.gamma'\]"):
         study.run_grid(cfg, tmp_path)
     cfg.study.toy.env_steps = 5120
     with pytest.raises(ValueError, match="ran 2560 env steps"):
