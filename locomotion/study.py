@@ -23,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.rl.runner import sigterm_as_interrupt
 
 # What decides a run's outcome: a curve or checkpoint made under other values of these is
-# another experiment. Not here: where it runs (device, threads) and how it logs.
+# another experiment. Not here: how it logs, and where it runs (device, thread counts),
+# which changes results only by rounding.
 RUN_KEYS = ("seed", "num_envs", "robot", "terrain", "randomization", "multitask", "task",
             "reset", "solver", "algo")
 

@@ -3,11 +3,10 @@
     python scripts/curve_diff.py docs/multitask/curves/uniform_s0.csv \
         docs/multitask/curves/learning_progress_s0.csv
 
-Two runs of one config on one machine with the same thread counts give equal curves row
-for row. A learning-progress run equals the uniform run of its seed until the scheduler
-first changes the slots; a run on another CPU, or with other ``torch_threads`` or
-``sim.nthread``, rounds differently and parts after a few dozen iterations. Timings
-(``wall_s``) are not compared.
+On one machine with the same ``torch_threads`` a learning-progress run equals the uniform
+run of its seed until the scheduler first changes the slots; a run on another CPU, or with
+other ``torch_threads``, rounds differently and parts after a few dozen iterations
+(docs/multitask.md, "Reproducing a curve"). Timings (``wall_s``) are not compared.
 """
 
 from __future__ import annotations
