@@ -85,8 +85,11 @@ def test_train_command_survives_ctrl_c(tmp_path):
     base = [sys.executable, str(ROOT / "scripts" / "train.py"), *SMALL, "reset=sync",
             "logging.print_interval=1"]
     cmd = [*base, "max_iterations=1000", f"hydra.run.dir={tmp_path}"]
+    # A shell's background job inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt; a terminal's Ctrl-C reaches a process with the default disposition.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in proc.stdout:
         lines.append(line)
