@@ -197,13 +197,17 @@ def steps_to_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict[st
     return out
 
 
+def mean_share(curve: dict[str, np.ndarray], name: str, until: float) -> float:
+    """A subtask's mean share of slots up to env step ``until`` (NaN: the whole run)."""
+    return float(curve[f"share/{name}"][curve["env_steps"]
+                                        <= np.nan_to_num(until, nan=np.inf)].mean())
+
+
 def shares_until_reached(curve: dict[str, np.ndarray], reached: dict[str, float]
                          ) -> dict[str, float]:
     """Each subtask's mean share of slots up to the step it reached the threshold (the whole
     run if it never did): the experience the allocation gave it while it learned."""
-    return {n: float(curve[f"share/{n}"][curve["env_steps"]
-                                         <= np.nan_to_num(reached[n], nan=np.inf)].mean())
-            for n in subtask_names(curve)}
+    return {n: mean_share(curve, n, reached[n]) for n in subtask_names(curve)}
 
 
 def fmt_steps(values: list[float]) -> str:
@@ -281,6 +285,47 @@ def seed_table(steps: dict[tuple[str, int], dict[str, float]],
     return "\n".join(lines) + "\n"
 
 
+def experience_table(steps: dict[tuple[str, int], dict[str, float]],
+                     curves: dict[tuple[str, int], dict[str, np.ndarray]],
+                     cfg: DictConfig) -> str:
+    """Markdown: who got there first, grouped by how much experience the first allocation
+    gave a subtask relative to the second while both were still short of the threshold
+    (mean share of slots until the earlier of the two got there, one run over the other).
+    A subtask whose experience the allocation barely changed shows the spread of training
+    itself; only the groups with more (or less) experience show the allocation's effect."""
+    first, second = [str(a) for a in cfg.allocations[:2]]
+    edges = [float(e) for e in cfg.experience_bins]
+    labels = ([f"< {edges[0]:g}"] + [f"{lo:g}-{hi:g}" for lo, hi in zip(edges, edges[1:])]
+              + [f"≥ {edges[-1]:g}"])
+    groups: list[list[tuple[str, int, float, float]]] = [[] for _ in labels]
+    for (a, seed), reached in sorted(steps.items()):
+        if a != first or (second, seed) not in steps:
+            continue
+        other = steps[(second, seed)]
+        for name, x in reached.items():
+            y = other[name]
+            if name == "all subtasks" or (math.isnan(x) and math.isnan(y)):
+                continue
+            until = min(v for v in (x, y) if not math.isnan(v))
+            mine, theirs = (mean_share(curves[(alloc, seed)], name, until)
+                            for alloc in (a, second))
+            groups[int(np.searchsorted(edges, mine / theirs, side="right"))].append(
+                (name, seed, x, y))
+    lines = [f"Who got there first, by the experience {first} gave the subtask relative to "
+             f"{second} until the first of the two got there", "",
+             f"| relative experience | subtask-seeds | {first} first | env steps, {first} / "
+             f"{second} (both reached) | subtasks |", "|---|---|---|---|---|"]
+    for label, group in zip(labels, groups):
+        if not group:
+            continue
+        wins = sum(faster(x, y) for _, _, x, y in group)
+        ratios = [x / y for _, _, x, y in group if not (math.isnan(x) or math.isnan(y))]
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
+        names = ", ".join(dict.fromkeys(n for n, *_ in group))
+        lines.append(f"| {label} | {len(group)} | {wins} | {spread} | {names} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- figures
 def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
     """Windowed success rate vs env steps: one panel per subtask, one band per allocation.
@@ -352,8 +397,10 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
         raise ValueError(f"no finished runs in {out_dir / 'curves'}")
     steps = {key: steps_to_threshold(c, cfg) for key, c in curves.items()}
     shares = {key: shares_until_reached(c, steps[key]) for key, c in curves.items()}
-    (out_dir / "summary.md").write_text(summary_table(steps, cfg) + "\n"
-                                        + seed_table(steps, shares, cfg))
+    tables = [summary_table(steps, cfg), seed_table(steps, shares, cfg)]
+    if len(cfg.allocations) > 1:
+        tables.append(experience_table(steps, curves, cfg))
+    (out_dir / "summary.md").write_text("\n".join(tables))
     plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")
     first = min(curves)
     plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")

@@ -60,6 +60,27 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
     assert shares == pytest.approx({"a": 0.3, "b": 0.5})  # a: steps 10 and 20; b: all
 
 
+def test_outcomes_are_grouped_by_the_experience_each_allocation_gave():
+    study = load_script()
+    cfg = load_config("multitask_study", ["experience_bins=[0.95,1.05]"])
+    steps = np.array([10.0, 20, 30, 40])
+    lp = {"env_steps": steps, "share/a": np.full(4, 0.5), "share/b": np.array([.3, .3, .9, .9]),
+          "share/c": np.full(4, 0.2)}
+    uni = {"env_steps": steps, "share/a": np.full(4, 0.5), "share/b": np.full(4, 0.5),
+           "share/c": np.full(4, 0.5)}
+    reached = {("learning_progress", 0): {"a": 30.0, "b": 40.0, "c": math.nan,
+                                          "all subtasks": math.nan},
+               ("uniform", 0): {"a": 20.0, "b": math.nan, "c": math.nan,
+                                "all subtasks": math.nan}}
+    table = study.experience_table(reached, {("learning_progress", 0): lp,
+                                             ("uniform", 0): uni}, cfg)
+    # a: equal shares until 20, uniform first; b: 0.6 / 0.5 until 40, only LP got there;
+    # c: neither got there, so it is in no group
+    assert "| 0.95-1.05 | 1 | 0 | 1.50-1.50 | a |" in table
+    assert "| ≥ 1.05 | 1 | 1 | - | b |" in table
+    assert "< 0.95" not in table and "| c |" not in table
+
+
 def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
     x = np.array([0.0, 1, 2, 3])
     curves = [{"x": x, "y": np.array([0.5, np.nan, 1.0, np.nan])},
