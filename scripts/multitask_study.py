@@ -47,7 +47,7 @@ from locomotion.study import (
 
 COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
 # Scheduler knobs that leave uniform slots as they are: one uniform curve serves them all.
-UNIFORM_IGNORES = ("every", "keep", "fast", "slow", "noise", "mastered", "hopeless",
+UNIFORM_IGNORES = ("every", "keep", "stalled", "fast", "slow", "noise", "mastered", "hopeless",
                    "patience", "temperature")
 
 
@@ -295,8 +295,8 @@ def experience_table(steps: dict[tuple[str, int], dict[str, float]],
     itself; only the groups with more (or less) experience show the allocation's effect."""
     first, second = [str(a) for a in cfg.allocations[:2]]
     edges = [float(e) for e in cfg.experience_bins]
-    labels = ([f"< {edges[0]:g}"] + [f"{lo:g}-{hi:g}" for lo, hi in zip(edges, edges[1:])]
-              + [f"≥ {edges[-1]:g}"])
+    inner = [f"{lo:g}-{hi:g}" for lo, hi in zip(edges, edges[1:], strict=False)]
+    labels = [f"< {edges[0]:g}", *inner, f"≥ {edges[-1]:g}"]
     groups: list[list[tuple[str, int, float, float]]] = [[] for _ in labels]
     for (a, seed), reached in sorted(steps.items()):
         if a != first or (second, seed) not in steps:
@@ -315,7 +315,7 @@ def experience_table(steps: dict[tuple[str, int], dict[str, float]],
              f"{second} until the first of the two got there", "",
              f"| relative experience | subtask-seeds | {first} first | env steps, {first} / "
              f"{second} (both reached) | subtasks |", "|---|---|---|---|---|"]
-    for label, group in zip(labels, groups):
+    for label, group in zip(labels, groups, strict=True):
         if not group:
             continue
         wins = sum(faster(x, y) for _, _, x, y in group)

@@ -227,10 +227,12 @@ def test_replay_sees_progress_on_a_rising_subtask_and_none_on_a_plateau():
     curve["success/rising"] = rng.binomial(3, rising) / 3
     curve["success/plateau"] = rng.binomial(3, 0.5, iterations) / 3
     cfg = load_config("multitask_study", []).multitask
-    names, progress = replay.replay(curve, replay.SchedulerConfig(
-        fast=cfg.fast, slow=cfg.slow, noise=cfg.noise, mastered=cfg.mastered))
+    names, progress, shares = replay.replay(curve, replay.SchedulerConfig(
+        fast=cfg.fast, slow=cfg.slow, noise=cfg.noise, mastered=cfg.mastered, stalled=0.5))
     assert names == ["rising", "plateau"]
     assert progress[200:500, 0].mean() > 5 * progress[200:500, 1].mean()
-    _, raw = replay.replay(curve, replay.SchedulerConfig(noise=0.0, fast=0.3, slow=0.05))
+    assert np.allclose(shares.sum(1), 1.0) and (shares[:9] == 0.5).all()  # before the first
+    assert shares[200:500, 0].mean() > 0.6  # the plateau lends the rising one slots
+    _, raw, _ = replay.replay(curve, replay.SchedulerConfig(noise=0.0, fast=0.3, slow=0.05))
     assert raw[200:500, 1].mean() > 0.03  # without the noise allowance the plateau "progresses"
     assert replay.window_rate(curve, "plateau", 1, iterations) == pytest.approx(0.5, abs=0.05)

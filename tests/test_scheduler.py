@@ -77,6 +77,16 @@ def test_by_default_only_mastered_and_hopeless_give_up_slots():
     assert counts[1] == 1000 - 50 - 2 * 250  # the mastered one's slots follow progress
 
 
+def test_stalled_subtasks_lend_slots_only_while_another_progresses():
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, stalled=0.5))
+    feed(s, [[0.2 + 0.02 * t, 0.5, 0.5, 0.5] for t in range(30)])  # only flat improves
+    assert s.classes()["learning"].all() and (s.progress[1:] == 0).all()
+    assert s.allocate().tolist() == [625, 125, 125, 125]
+    assert Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05)).allocate().tolist() == [250] * 4
+    feed(s, [[0.8, 0.5, 0.5, 0.5]] * 300)  # flat levels off below mastery: nobody progresses
+    assert s.progress.max() == 0 and s.allocate().tolist() == [250] * 4
+
+
 def test_uniform_ignores_progress():
     s = Scheduler(NAMES, 100, SchedulerConfig(allocation="uniform"))
     feed(s, [[0.99, 0.1 + 0.04 * t, 0.0, 0.5] for t in range(15)])
@@ -124,6 +134,8 @@ def test_invalid_scheduler_config_is_a_clear_error():
         SchedulerConfig(allocation="greedy")
     with pytest.raises(ValueError, match="keep must lie in"):
         SchedulerConfig(keep=1.5)
+    with pytest.raises(ValueError, match="stalled must lie in"):
+        SchedulerConfig(stalled=-0.5)
     with pytest.raises(ValueError, match="cannot give 4 subtasks"):
         Scheduler(NAMES, 6, SchedulerConfig(floor=0.5))
     with pytest.raises(ValueError, match="lacks"):

@@ -13,7 +13,11 @@ averages is mostly noise. Slots are then set in four classes:
   subtask that has not succeeded yet shows no progress to follow;
 - learning (the rest): ``keep`` of the uniform share, plus the slots left over, shared in
   proportion to progress. With ``keep`` = 1 no subtask gets less than uniform before it is
-  mastered or hopeless; the compute freed from those goes to the ones that progress.
+  mastered or hopeless; the compute freed from those goes to the ones that progress. A
+  learning subtask whose progress is within noise keeps only ``stalled`` of the uniform
+  share (if that is less) while another one progresses: below 1 it lends slots to the
+  subtasks whose success rises now (early on, the fast learners) and gets them back once
+  those are mastered.
 
 ``uniform`` gives every subtask the same share, the baseline to compare against.
 """
@@ -36,7 +40,8 @@ class SchedulerConfig:
     allocation: str = "learning_progress"
     every: int = 10             # iterations between re-allocations
     floor: float = 0.05         # share of all slots every subtask keeps, at least one slot
-    keep: float = 1.0           # share of its uniform slots a learning subtask keeps
+    keep: float = 1.0           # share of its uniform slots a learning subtask keeps ...
+    stalled: float = 1.0        # ... and one whose progress is within noise (if less)
     fast: float = 0.04          # per-iteration decay of the recent success counts ...
     slow: float = 0.01          # ... and of the long ones
     noise: float = 1.0          # progress counts beyond this many standard errors
@@ -51,7 +56,7 @@ class SchedulerConfig:
                              f"{list(ALLOCATIONS)}")
         if self.every < 1:
             raise ValueError(f"multitask.every must be >= 1, got {self.every}")
-        for name in ("floor", "keep", "mastered", "hopeless"):
+        for name in ("floor", "keep", "stalled", "mastered", "hopeless"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"multitask.{name} must lie in [0, 1], got "
                                  f"{getattr(self, name)}")
@@ -174,10 +179,12 @@ class Scheduler:
         else:
             c = self.classes()
             share = self.num_slots // s
+            progress = self.progress
             minimum[c["exploring"]] = share
             minimum[c["learning"]] = max(self.min_slots, int(self.cfg.keep * share))
-            weights = torch.where(c["learning"], self.progress ** (1.0 / self.cfg.temperature),
-                                  0.0)
+            stalled = min(self.cfg.keep, self.cfg.stalled)
+            minimum[c["learning"] & (progress <= 0)] = max(self.min_slots, int(stalled * share))
+            weights = torch.where(c["learning"], progress ** (1.0 / self.cfg.temperature), 0.0)
             if weights.max() <= 0:  # no progress beyond noise: the unfloored share evenly
                 floored = c["mastered"] | c["hopeless"]
                 if floored.all():
