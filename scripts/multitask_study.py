@@ -295,6 +295,8 @@ def experience_table(steps: dict[tuple[str, int], dict[str, float]],
     itself; only the groups with more (or less) experience show the allocation's effect."""
     first, second = [str(a) for a in cfg.allocations[:2]]
     edges = [float(e) for e in cfg.experience_bins]
+    if not edges or edges != sorted(set(edges)):
+        raise ValueError(f"experience_bins must be increasing ratios, got {edges}")
     inner = [f"{lo:g}-{hi:g}" for lo, hi in zip(edges, edges[1:], strict=False)]
     labels = [f"< {edges[0]:g}", *inner, f"≥ {edges[-1]:g}"]
     groups: list[list[tuple[str, int, float, float]]] = [[] for _ in labels]

@@ -79,6 +79,9 @@ def test_outcomes_are_grouped_by_the_experience_each_allocation_gave():
     assert "| 0.95-1.05 | 1 | 0 | 1.50-1.50 | a |" in table
     assert "| ≥ 1.05 | 1 | 1 | - | b |" in table
     assert "< 0.95" not in table and "| c |" not in table
+    with pytest.raises(ValueError, match="experience_bins must be increasing"):
+        study.experience_table(reached, {}, load_config("multitask_study",
+                                                        ["experience_bins=[1.1,0.9]"]))
 
 
 def test_mean_band_counts_missing_values_as_fill_or_leaves_gaps():
