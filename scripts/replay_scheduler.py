@@ -70,9 +70,7 @@ def main() -> None:
                         help="iteration windows first:last,... (1-based, inclusive)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. multitask.noise=0")
     args = parser.parse_intermixed_args()
-    mt = load_config("multitask_study", args.overrides).multitask
-    cfg = SchedulerConfig(**{k: v for k, v in mt.items()
-                             if k in SchedulerConfig.__dataclass_fields__})
+    cfg = SchedulerConfig.from_config(load_config("multitask_study", args.overrides).multitask)
     curve = read_csv(args.curve)
     names, progress, shares = replay(curve, cfg)
     head = " | ".join(f"it {a}-{b}: progress (success {a}→{b}) share" for a, b in args.windows)

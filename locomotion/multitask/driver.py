@@ -33,8 +33,7 @@ class SchedulerDriver:
         self.env = env
         self.dist = dist
         self.subtasks = env.multitask
-        keys = set(SchedulerConfig.__dataclass_fields__)
-        self.cfg = SchedulerConfig(**{k: v for k, v in cfg.items() if k in keys})
+        self.cfg = SchedulerConfig.from_config(cfg)
         self.rank = dist.rank if dist else 0
         self.world = dist.world_size if dist else 1
         self.names = self.subtasks.names

@@ -50,6 +50,11 @@ class SchedulerConfig:
     patience: int = 1500        # episodes before a subtask without success counts as hopeless
     temperature: float = 1.0    # progress ** (1 / temperature): > 1 flattens the shares
 
+    @classmethod
+    def from_config(cls, multitask) -> SchedulerConfig:
+        """The scheduler's knobs out of a ``multitask`` config group (subtasks etc. left out)."""
+        return cls(**{k: v for k, v in multitask.items() if k in cls.__dataclass_fields__})
+
     def __post_init__(self) -> None:
         if self.allocation not in ALLOCATIONS:
             raise ValueError(f"multitask.allocation {self.allocation!r} is not one of "
