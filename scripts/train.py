@@ -11,7 +11,6 @@ Examples:
 
 from __future__ import annotations
 
-import faulthandler
 import sys
 from pathlib import Path
 
@@ -56,5 +55,4 @@ if __name__ == "__main__":
     # One run directory for every rank and restart: run_dir=... (or torchrun's rendezvous
     # id) becomes Hydra's output directory.
     sys.argv += run_dir_overrides(sys.argv[1:])
-    faulthandler.enable()  # a native crash in one rank still prints its Python stack
     main()

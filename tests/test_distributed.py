@@ -5,7 +5,6 @@ checkpoints and resumes.
 from __future__ import annotations
 
 import copy
-import faulthandler
 import json
 import os
 import socket
@@ -160,7 +159,6 @@ def test_kl_travels_with_the_gradients_in_one_reduction():
 # ---------------------------------------------------------------------------- 2-process group
 def _rank_main(rank: int, port: int, tmp: Path) -> None:
     """One rank: merge normalizer batches, train straight, train in two legs, save results."""
-    faulthandler.enable()  # a native abort prints where each thread was
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD))
     group = Distributed.from_environment("cpu", timeout_s=60)
@@ -216,7 +214,7 @@ def group_results(tmp_path_factory) -> tuple[Path, list[dict]]:
             if attempt == 2 or e.signal_name is None:
                 raise
             warnings.warn(f"rank {e.error_index} died of {e.signal_name}; a fresh group runs "
-                          "once more (the stack is in the captured stderr)", stacklevel=1)
+                          "once more (its Python stack is in the captured stderr)", stacklevel=1)
     return tmp, [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -21,6 +21,7 @@ run is a plain single-process run.
 from __future__ import annotations
 
 import copy
+import faulthandler
 import math
 import os
 import re
@@ -163,6 +164,7 @@ class Distributed:
         """
         if not launched_distributed():
             return None
+        faulthandler.enable()  # a rank killed by a native abort still prints its Python stack
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
