@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from locomotion.config import load_config
-from locomotion.study import first_difference, mean_band
+from locomotion.study import first_difference, mean_band, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
@@ -239,3 +239,40 @@ def test_replay_sees_progress_on_a_rising_subtask_and_none_on_a_plateau():
     _, raw, _ = replay.replay(curve, replay.SchedulerConfig(noise=0.0, fast=0.3, slow=0.05))
     assert raw[200:500, 1].mean() > 0.03  # without the noise allowance the plateau "progresses"
     assert replay.window_rate(curve, "plateau", 1, iterations) == pytest.approx(0.5, abs=0.05)
+
+
+def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_path):
+    load_script()  # the power script imports the study's threshold rule
+    power = load_script("multitask_power")
+    cfg = load_config("multitask_study", ["success_threshold=0.5", "window=1",
+                                          "min_episodes=1"])
+    curves = tmp_path / "curves"
+    curves.mkdir()
+
+    def curve(name: str, a_at: int, b_at: int | None) -> None:
+        rows = [{"iteration": i, "env_steps": 10.0 * i, "success/a": float(i >= a_at),
+                 "episodes/a": 2.0, "share/a": 0.5,
+                 "success/b": float(b_at is not None and i >= b_at), "episodes/b": 2.0,
+                 "share/b": 0.5} for i in range(1, 5)]
+        write_csv(curves / f"{name}.csv", rows)
+
+    curve("learning_progress_s0", 2, 3)
+    curve("uniform_s0", 4, None)   # b never: counted as reached at the last step, 40
+    with pytest.raises(ValueError, match="1 seeds with both"):
+        power.paired_log_ratios(tmp_path, cfg)
+    curve("learning_progress_s1", 3, 1)
+    curve("uniform_s1", 3, 2)
+    curve("learning_progress_s2", 1, 1)   # no uniform run: left out
+    names, seeds, d = power.paired_log_ratios(tmp_path, cfg)
+    assert names == ["a", "b"] and seeds == [0, 1]
+    assert d == pytest.approx(np.log([[40 / 20, 40 / 30], [30 / 30, 20 / 10]]))
+
+    # d = subtask effect + seed effect exactly: no rest, the seed effects' spread shared.
+    d = np.array([[0.1, 0.3], [0.3, 0.5], [-0.1, 0.1]]) + np.array([0.0, 0.2])
+    effect, shared_sd, rest_sd = power.spread(d)
+    assert effect == pytest.approx([0.1, 0.5]) and rest_sd == pytest.approx(0.0, abs=1e-9)
+    assert shared_sd == pytest.approx(0.2)
+    assert power.needed_effect(d) == pytest.approx([0.0, -0.2, 0.2])
+    assert power.chance_all_sooner(np.array([0.1, 0.2]), 0.0, 0.0) == 1.0
+    assert power.chance_all_sooner(np.array([0.1, -0.2]), 0.0, 0.0) == 0.0
+    assert 0.2 < power.chance_all_sooner(np.zeros(2), 0.0, 1.0) < 0.3  # (1/2)^2

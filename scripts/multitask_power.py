@@ -1,0 +1,123 @@
+"""How often a study's paired runs would show an allocation sooner on every subtask.
+
+    python scripts/multitask_power.py docs/multitask [--seeds 3] [--effects 0,0.1,0.2]
+
+Per seed with both curves (``learning_progress_s<seed>.csv``, ``uniform_s<seed>.csv``) and
+per subtask, ``d = ln(uniform steps / learning-progress steps)`` until the success threshold
+(``configs/multitask_study.yaml``; a subtask never reached counts as reached at the run's
+last env step, which understates the gap where only one run got there). ``d`` is split into
+a mean per subtask (the allocation's measured effect), an effect shared by the subtasks of
+one seed (a pair whose runs part into a better and a worse policy) and the rest.
+
+For an allocation that made every subtask reach the threshold ``exp(-effect)`` times the env
+steps, with the chance of the measured pairs unchanged, the table gives how many of the
+study's seeds would be sooner on all subtasks, and so the chance that ``--seeds`` seeds
+drawn from them all are; and the same from a normal model with the measured spread. A
+seed's pair is sooner on all subtasks for every effect above ``max(mean - d)`` over its
+subtasks, the effect it "needs".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+from multitask_study import run_name, steps_to_threshold
+
+from locomotion.config import load_config
+from locomotion.study import curve_path, read_csv
+
+PAIR = ("learning_progress", "uniform")
+
+
+def paired_log_ratios(study: Path, cfg) -> tuple[list[str], list[int], np.ndarray]:
+    """Subtask names, the seeds with both runs, and ``d`` as [seeds, subtasks]."""
+    found = (int(p.stem.rsplit("_s", 1)[1]) for p in (study / "curves").glob(f"{PAIR[0]}_s*.csv"))
+    seeds = sorted(s for s in found if curve_path(study, run_name(PAIR[1], s)).exists())
+    if len(seeds) < 2:
+        raise ValueError(f"{study / 'curves'} holds {len(seeds)} seeds with both "
+                         f"{' and '.join(PAIR)} curves; the spread needs at least 2")
+    rows, names = [], []
+    for seed in seeds:
+        first, second = (read_csv(curve_path(study, run_name(a, seed))) for a in PAIR)
+        steps = [steps_to_threshold(c, cfg) for c in (first, second)]
+        names = [n for n in steps[0] if n != "all subtasks"]
+        last = [float(c["env_steps"][-1]) for c in (first, second)]
+        reached = [np.array([np.nan_to_num(s[n], nan=end) for n in names])
+                   for s, end in zip(steps, last, strict=True)]
+        rows.append(np.log(reached[1] / reached[0]))
+    return names, seeds, np.stack(rows)
+
+
+def spread(d: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Per-subtask mean effect, and the standard deviations of the per-seed shared effect
+    and of the rest (two-way layout without interaction, method of moments)."""
+    seeds, subtasks = d.shape
+    effect = d.mean(0)
+    shared = (d - effect).mean(1, keepdims=True)
+    rest = d - effect - shared
+    rest_var = float((rest ** 2).sum() / ((seeds - 1) * (subtasks - 1)))
+    shared_var = max(float(shared.var(ddof=1)) - rest_var / subtasks, 0.0)
+    return effect, math.sqrt(shared_var), math.sqrt(rest_var)
+
+
+def needed_effect(d: np.ndarray) -> np.ndarray:
+    """Per seed, the effect on every subtask above which its pair, with its chance as
+    measured, would have been sooner on all subtasks."""
+    return (d.mean(0) - d).max(1)
+
+
+def chance_all_sooner(effect: np.ndarray, shared_sd: float, rest_sd: float,
+                      draws: int = 200_000, seed: int = 0) -> float:
+    """Normal model: fraction of simulated pairs in which every subtask's ``d`` is > 0."""
+    rng = np.random.default_rng(seed)
+    d = effect + rng.normal(0, shared_sd, (draws, 1)) + rng.normal(0, rest_sd,
+                                                                   (draws, len(effect)))
+    return float((d > 0).all(1).mean())
+
+
+def effects(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         "numbers") from None
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("study", type=Path, help="a study's out_dir, e.g. docs/multitask")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds that must all be sooner")
+    parser.add_argument("--effects", type=effects,
+                        default=effects("0,0.05,0.1,0.2,0.3,0.4,0.5,0.6"),
+                        help="effects to simulate, ln(uniform steps / allocation's steps)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=40")
+    args = parser.parse_intermixed_args()
+    cfg = load_config("multitask_study", args.overrides)
+    names, seeds, d = paired_log_ratios(args.study, cfg)
+    effect, shared_sd, rest_sd = spread(d)
+    needed = needed_effect(d)
+    observed = int((d > 0).all(1).sum())
+    print(f"{len(seeds)} seeds ({', '.join(map(str, seeds))}), {len(names)} subtasks. "
+          "Measured effect per subtask: " + ", ".join(
+              f"{n} {e:+.2f}" for n, e in zip(names, effect, strict=True))
+          + f". Spread: per seed {shared_sd:.2f}, per subtask and seed {rest_sd:.2f}. "
+          f"Sooner on every subtask: {observed} of {len(seeds)} seeds (normal model: "
+          f"{chance_all_sooner(effect, shared_sd, rest_sd):.2f} per seed). Effect each "
+          "seed needs: " + ", ".join(f"{s} {n:.2f}" for s, n in zip(seeds, needed,
+                                                                   strict=True)) + ".\n")
+    k = args.seeds
+    print(f"| effect on every subtask | steps, allocation / uniform | seeds sooner on all "
+          f"| chance for {k} of them | normal model: per seed | {k} seeds |\n"
+          "|---|---|---|---|---|---|")
+    for e in args.effects:
+        m = int((needed < e).sum())
+        p = chance_all_sooner(np.full(len(names), e), shared_sd, rest_sd)
+        print(f"| {e:+.2f} | {math.exp(-e):.2f} | {m} of {len(seeds)} | "
+              f"{math.comb(m, k) / math.comb(len(seeds), k):.2f} | {p:.3f} | {p ** k:.4f} |")
+
+if __name__ == "__main__":
+    main()
