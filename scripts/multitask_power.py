@@ -87,10 +87,17 @@ def effects(text: str) -> list[float]:
     return values
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seeds >= 1")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("study", type=Path, help="a study's out_dir, e.g. docs/multitask")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds that must all be sooner")
+    parser.add_argument("--seeds", type=positive, default=3, metavar="K",
+                        help="seeds that must all be sooner")
     parser.add_argument("--effects", type=effects,
                         default=effects("0,0.05,0.1,0.2,0.3,0.4,0.5,0.6"),
                         help="effects to simulate, ln(uniform steps / allocation's steps)")
@@ -116,8 +123,9 @@ def main() -> None:
     for e in args.effects:
         m = int((needed < e).sum())
         p = chance_all_sooner(np.full(len(names), e), shared_sd, rest_sd)
-        print(f"| {e:+.2f} | {math.exp(-e):.2f} | {m} of {len(seeds)} | "
-              f"{math.comb(m, k) / math.comb(len(seeds), k):.2f} | {p:.3f} | {p ** k:.4f} |")
+        drawn = f"{math.comb(m, k) / math.comb(len(seeds), k):.2f}" if k <= len(seeds) else "-"
+        print(f"| {e:+.2f} | {math.exp(-e):.2f} | {m} of {len(seeds)} | {drawn} | {p:.3f} | "
+              f"{p ** k:.4f} |")
 
 if __name__ == "__main__":
     main()
