@@ -10,7 +10,7 @@ settings) can be copied into the out_dir of a study that changes only them. Then
 summary (env steps until each subtask reaches its success threshold) and the figures are
 (re)drawn.
 
-    python scripts/multitask_study.py                      # 2 allocations x 6 seeds
+    python scripts/multitask_study.py                      # 2 allocations x 7 seeds
     python scripts/multitask_study.py jobs=2 seeds=[0]     # one seed, both runs at once
     python scripts/multitask_study.py report_only=true     # summary of the finished runs
 
