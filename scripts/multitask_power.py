@@ -2,7 +2,8 @@
 
     python scripts/multitask_power.py docs/multitask [--seeds 3] [--effects 0,0.1,0.2]
 
-Per seed with both curves (``learning_progress_s<seed>.csv``, ``uniform_s<seed>.csv``) and
+Per seed of the study with both curves (``learning_progress_s<seed>.csv``,
+``uniform_s<seed>.csv``; ``seeds=[...]`` and the study's other settings as overrides) and
 per subtask, ``d = ln(uniform steps / learning-progress steps)`` until the success threshold
 (``configs/multitask_study.yaml``; a subtask never reached counts as reached at the run's
 last env step, which understates the gap where only one run got there). ``d`` is split into
@@ -29,19 +30,19 @@ from multitask_study import run_name, steps_to_threshold
 from locomotion.config import load_config
 from locomotion.study import curve_path, read_csv
 
-PAIR = ("learning_progress", "uniform")
-
 
 def paired_log_ratios(study: Path, cfg) -> tuple[list[str], list[int], np.ndarray]:
-    """Subtask names, the seeds with both runs, and ``d`` as [seeds, subtasks]."""
-    found = (int(p.stem.rsplit("_s", 1)[1]) for p in (study / "curves").glob(f"{PAIR[0]}_s*.csv"))
-    seeds = sorted(s for s in found if curve_path(study, run_name(PAIR[1], s)).exists())
+    """Subtask names, the study's seeds with a curve of both allocations (the first two of
+    ``cfg.allocations``), and ``d`` as [seeds, subtasks]."""
+    pair = [str(a) for a in cfg.allocations[:2]]
+    seeds = [int(s) for s in cfg.seeds
+             if all(curve_path(study, run_name(a, int(s))).exists() for a in pair)]
     if len(seeds) < 2:
         raise ValueError(f"{study / 'curves'} holds {len(seeds)} seeds with both "
-                         f"{' and '.join(PAIR)} curves; the spread needs at least 2")
+                         f"{' and '.join(pair)} curves; the spread needs at least 2")
     rows, names = [], []
     for seed in seeds:
-        first, second = (read_csv(curve_path(study, run_name(a, seed))) for a in PAIR)
+        first, second = (read_csv(curve_path(study, run_name(a, seed))) for a in pair)
         steps = [steps_to_threshold(c, cfg) for c in (first, second)]
         names = [n for n in steps[0] if n != "all subtasks"]
         last = [float(c["env_steps"][-1]) for c in (first, second)]
@@ -80,11 +81,10 @@ def chance_all_sooner(effect: np.ndarray, shared_sd: float, rest_sd: float,
 
 def effects(text: str) -> list[float]:
     try:
-        values = [float(x) for x in text.split(",")]
+        return [float(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
                                          "numbers") from None
-    return values
 
 
 def positive(text: str) -> int:
@@ -126,6 +126,7 @@ def main() -> None:
         drawn = f"{math.comb(m, k) / math.comb(len(seeds), k):.2f}" if k <= len(seeds) else "-"
         print(f"| {e:+.2f} | {math.exp(-e):.2f} | {m} of {len(seeds)} | {drawn} | {p:.3f} | "
               f"{p ** k:.4f} |")
+
 
 if __name__ == "__main__":
     main()
