@@ -62,9 +62,10 @@ def run_config(cfg: DictConfig, allocation: str, seed: int) -> DictConfig:
 def curve_settings(run_cfg: DictConfig) -> dict:
     """What a run's curve depends on; a finished curve is reused only for the same."""
     settings = run_settings(run_cfg)
-    if run_cfg.multitask.allocation == "uniform":
-        settings["multitask"] = {k: v for k, v in settings["multitask"].items()
-                                 if k not in UNIFORM_IGNORES}
+    allocation = run_cfg.multitask.allocation
+    ignored = (UNIFORM_IGNORES if allocation == "uniform" else ()) + \
+        (("weights",) if allocation != "fixed" else ())
+    settings["multitask"] = {k: v for k, v in settings["multitask"].items() if k not in ignored}
     return settings
 
 

@@ -203,6 +203,16 @@ def test_study_needs_the_multitask_task(tmp_path):
         study.run_study(cfg, tmp_path, tmp_path)
 
 
+def test_a_curve_depends_on_the_weights_only_under_the_fixed_allocation():
+    study = load_script()
+    cfg = load_config("multitask_study", ["multitask.weights={trot: 0.25}"])
+    settings = {a: study.curve_settings(study.run_config(cfg, a, 0))["multitask"]
+                for a in ("fixed", "uniform", "learning_progress")}
+    assert settings["fixed"]["weights"] == {"trot": 0.25}
+    assert "weights" not in settings["uniform"] and "weights" not in settings["learning_progress"]
+    assert "noise" not in settings["uniform"] and "noise" in settings["learning_progress"]
+
+
 def test_subtask_checks_weight_each_iteration_by_its_episodes():
     checks = load_script("subtask_checks")
     rows = [{"iteration": 1, "multitask/episodes/trot": 2.0, "multitask/on_gait/trot": 0.5,

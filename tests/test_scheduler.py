@@ -93,6 +93,20 @@ def test_uniform_ignores_progress():
     assert s.allocate().tolist() == [25, 25, 25, 25]
 
 
+def test_fixed_shares_follow_the_weights_and_ignore_progress():
+    s = Scheduler(NAMES, 100, SchedulerConfig(allocation="fixed",
+                                              weights={"flat": 3.0, "push": 0.0}))
+    feed(s, [[0.99, 0.1 + 0.04 * t, 0.0, 0.5] for t in range(15)])
+    assert s.allocate().tolist() == [60, 20, 20, 0]  # weights 3, 1 (unnamed), 1, 0
+
+
+def test_fixed_weights_must_name_subtasks_and_be_non_negative():
+    with pytest.raises(ValueError, match=r"unknown subtasks \['stair'\]; the subtasks are"):
+        Scheduler(NAMES, 100, SchedulerConfig(allocation="fixed", weights={"stair": 2.0}))
+    with pytest.raises(ValueError, match="must be >= 0"):
+        SchedulerConfig(allocation="fixed", weights={"flat": -1.0})
+
+
 def test_untried_subtasks_are_not_starved():
     s = Scheduler(NAMES, 100, SchedulerConfig(floor=0.0))
     feed(s, [[0.1 + 0.05 * t, 0.0, 0.0, 0.0] for t in range(10)], episodes=0.0)

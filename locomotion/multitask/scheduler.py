@@ -20,15 +20,18 @@ averages is mostly noise. Slots are then set in four classes:
   those are mastered.
 
 ``uniform`` gives every subtask the same share, the baseline to compare against.
+``fixed`` keeps shares in proportion to ``weights`` (1 for a subtask not named, no floor),
+as terrain proportions are set by hand; it measures what a given split of the compute buys.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 
-ALLOCATIONS = ("learning_progress", "uniform")
+ALLOCATIONS = ("learning_progress", "uniform", "fixed")
 _STATE = ("recent_successes", "recent_episodes", "long_successes", "long_episodes",
           "episodes", "allocation")
 
@@ -49,11 +52,14 @@ class SchedulerConfig:
     hopeless: float = 0.05      # recent success below this after `patience` episodes: floor
     patience: int = 1500        # episodes before a subtask without success counts as hopeless
     temperature: float = 1.0    # progress ** (1 / temperature): > 1 flattens the shares
+    weights: Mapping[str, float] = field(default_factory=dict)  # fixed: subtask -> weight
 
     @classmethod
     def from_config(cls, multitask) -> SchedulerConfig:
         """The scheduler's knobs out of a ``multitask`` config group (subtasks etc. left out)."""
-        return cls(**{k: v for k, v in multitask.items() if k in cls.__dataclass_fields__})
+        knobs = {k: v for k, v in multitask.items() if k in cls.__dataclass_fields__}
+        knobs["weights"] = {str(k): float(v) for k, v in (knobs.get("weights") or {}).items()}
+        return cls(**knobs)
 
     def __post_init__(self) -> None:
         if self.allocation not in ALLOCATIONS:
@@ -68,6 +74,8 @@ class SchedulerConfig:
         if not 0.0 < self.slow < self.fast <= 1.0:
             raise ValueError(f"need 0 < slow < fast <= 1, got slow={self.slow}, "
                              f"fast={self.fast}")
+        if any(w < 0 for w in self.weights.values()):
+            raise ValueError(f"multitask.weights must be >= 0, got {self.weights}")
         if self.noise < 0 or self.patience < 0:
             raise ValueError(f"multitask.noise and multitask.patience must be >= 0, got "
                              f"{self.noise} and {self.patience}")
@@ -131,6 +139,11 @@ class Scheduler:
         if self.min_slots * s > num_slots:
             raise ValueError(f"{num_slots} env slots cannot give {s} subtasks "
                              f"{self.min_slots} slots each (multitask.floor={cfg.floor})")
+        unknown = sorted(set(cfg.weights) - set(names))
+        if unknown:
+            raise ValueError(f"multitask.weights names unknown subtasks {unknown}; the "
+                             f"subtasks are {self.names}")
+        self.weights = torch.tensor([float(cfg.weights.get(n, 1.0)) for n in names])
         for name in _STATE[:-1]:
             setattr(self, name, torch.zeros(s, dtype=torch.float64))
         self.allocation = split_slots(torch.ones(s), num_slots, torch.zeros(s))
@@ -181,6 +194,8 @@ class Scheduler:
         minimum = torch.full((s,), self.min_slots)
         if self.cfg.allocation == "uniform":
             weights = torch.ones(s)
+        elif self.cfg.allocation == "fixed":
+            weights, minimum = self.weights, torch.zeros(s)
         else:
             c = self.classes()
             share = self.num_slots // s
