@@ -51,6 +51,10 @@ UNIFORM_IGNORES = ("every", "keep", "stalled", "fast", "slow", "noise", "mastere
                    "patience", "temperature")
 
 
+# Settings an allocation does not read, left out of its curve's settings.
+IGNORED_BY = {"uniform": (*UNIFORM_IGNORES, "weights"), "learning_progress": ("weights",)}
+
+
 def run_name(allocation: str, seed: int) -> str:
     return f"{allocation}_s{seed}"
 
@@ -62,9 +66,7 @@ def run_config(cfg: DictConfig, allocation: str, seed: int) -> DictConfig:
 def curve_settings(run_cfg: DictConfig) -> dict:
     """What a run's curve depends on; a finished curve is reused only for the same."""
     settings = run_settings(run_cfg)
-    allocation = run_cfg.multitask.allocation
-    ignored = (UNIFORM_IGNORES if allocation == "uniform" else ()) + \
-        (("weights",) if allocation != "fixed" else ())
+    ignored = IGNORED_BY.get(run_cfg.multitask.allocation, ())
     settings["multitask"] = {k: v for k, v in settings["multitask"].items() if k not in ignored}
     return settings
 
