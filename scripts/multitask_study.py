@@ -45,7 +45,7 @@ from locomotion.study import (
     write_curve,
 )
 
-COLORS = {"learning_progress": "tab:blue", "uniform": "tab:gray"}
+COLORS = {"learning_progress": "tab:blue", "fixed": "tab:green", "uniform": "tab:gray"}
 # Scheduler knobs that leave uniform slots as they are: one uniform curve serves them all.
 UNIFORM_IGNORES = ("every", "keep", "stalled", "fast", "slow", "noise", "mastered", "hopeless",
                    "patience", "temperature")
