@@ -52,7 +52,7 @@ UNIFORM_IGNORES = ("every", "keep", "stalled", "fast", "slow", "noise", "mastere
 
 
 # Settings an allocation does not read, left out of its curve's settings.
-IGNORED_BY = {"uniform": (*UNIFORM_IGNORES, "weights"), "learning_progress": ("weights",)}
+IGNORED_BY = {"uniform": (*UNIFORM_IGNORES, "weights")}
 
 
 def run_name(allocation: str, seed: int) -> str:
@@ -67,7 +67,9 @@ def curve_settings(run_cfg: DictConfig) -> dict:
     """What a run's curve depends on; a finished curve is reused only for the same."""
     settings = run_settings(run_cfg)
     ignored = IGNORED_BY.get(run_cfg.multitask.allocation, ())
-    settings["multitask"] = {k: v for k, v in settings["multitask"].items() if k not in ignored}
+    # No weights are equal ones: curves from before learning progress read them match.
+    settings["multitask"] = {k: v for k, v in settings["multitask"].items()
+                             if k not in ignored and not (k == "weights" and not v)}
     return settings
 
 

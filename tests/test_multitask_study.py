@@ -203,14 +203,19 @@ def test_study_needs_the_multitask_task(tmp_path):
         study.run_study(cfg, tmp_path, tmp_path)
 
 
-def test_a_curve_depends_on_the_weights_only_under_the_fixed_allocation():
+def test_a_curve_depends_on_the_weights_where_set_and_not_under_uniform_slots():
     study = load_script()
+    allocations = ("fixed", "uniform", "learning_progress")
     cfg = load_config("multitask_study", ["multitask.weights={trot: 0.25}"])
     settings = {a: study.curve_settings(study.run_config(cfg, a, 0))["multitask"]
-                for a in ("fixed", "uniform", "learning_progress")}
-    assert settings["fixed"]["weights"] == {"trot": 0.25}
-    assert "weights" not in settings["uniform"] and "weights" not in settings["learning_progress"]
+                for a in allocations}
+    assert settings["fixed"]["weights"] == settings["learning_progress"]["weights"] \
+        == {"trot": 0.25}
+    assert "weights" not in settings["uniform"]
     assert "noise" not in settings["uniform"] and "noise" in settings["learning_progress"]
+    unset = load_config("multitask_study", [])
+    assert all("weights" not in study.curve_settings(study.run_config(unset, a, 0))["multitask"]
+               for a in allocations)
 
 
 def test_subtask_checks_weight_each_iteration_by_its_episodes():

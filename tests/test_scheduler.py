@@ -100,11 +100,25 @@ def test_fixed_shares_follow_the_weights_and_ignore_progress():
     assert s.allocate().tolist() == [60, 20, 20, 0]  # weights 3, 1 (unnamed), 1, 0
 
 
+def test_learning_progress_starts_from_weighted_base_shares_and_frees_the_mastered():
+    s = Scheduler(NAMES, 1000, SchedulerConfig(floor=0.05, weights={"flat": 3.0, "push": 0.0}))
+    assert s.base_share.tolist() == [530, 210, 210, 50]  # floor + the rest by weight 3:1:1:0
+    feed(s, [[0.0, 0.0, 0.0, 0.0]] * 5)  # nothing succeeded yet: all exploring
+    assert s.allocate().tolist() == [530, 210, 210, 50]  # the base shares
+    feed(s, [[0.99, 0.2 + 0.01 * t, 0.3, 0.4] for t in range(60)])
+    counts = s.allocate()
+    assert counts[0] == 50  # mastered: the floor, its weight notwithstanding
+    assert counts[1] > 210 and counts[2] >= 210 and counts[3] >= 50  # learning: base or more
+    assert int(counts.sum()) == 1000
+
+
 def test_fixed_weights_must_name_subtasks_and_be_non_negative():
     with pytest.raises(ValueError, match=r"unknown subtasks \['stair'\]; the subtasks are"):
         Scheduler(NAMES, 100, SchedulerConfig(allocation="fixed", weights={"stair": 2.0}))
     with pytest.raises(ValueError, match="must be >= 0"):
         SchedulerConfig(allocation="fixed", weights={"flat": -1.0})
+    with pytest.raises(ValueError, match="every subtask weight 0"):
+        Scheduler(NAMES, 100, SchedulerConfig(weights=dict.fromkeys(NAMES, 0.0)))
 
 
 def test_untried_subtasks_are_not_starved():

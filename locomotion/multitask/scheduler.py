@@ -9,19 +9,21 @@ averages is mostly noise. Slots are then set in four classes:
 - mastered (recent success above ``mastered`` beyond noise) and hopeless (still failing after
   ``patience`` episodes): the floor only, which keeps them in the batch against forgetting
   and retries a hopeless one as the policy improves;
-- exploring (no success yet, fewer than ``patience`` episodes): the uniform share, since a
+- exploring (no success yet, fewer than ``patience`` episodes): its base share, since a
   subtask that has not succeeded yet shows no progress to follow;
-- learning (the rest): ``keep`` of the uniform share, plus the slots left over, shared in
-  proportion to progress. With ``keep`` = 1 no subtask gets less than uniform before it is
-  mastered or hopeless; the compute freed from those goes to the ones that progress. A
-  learning subtask whose progress is within noise keeps only ``stalled`` of the uniform
+- learning (the rest): ``keep`` of its base share, plus the slots left over, shared in
+  proportion to progress. With ``keep`` = 1 no subtask gets less than its base share before
+  it is mastered or hopeless; the compute freed from those goes to the ones that progress.
+  A learning subtask whose progress is within noise keeps only ``stalled`` of its base
   share (if that is less) while another one progresses: below 1 it lends slots to the
   subtasks whose success rises now (early on, the fast learners) and gets them back once
   those are mastered.
 
-``uniform`` gives every subtask the same share, the baseline to compare against.
-``fixed`` keeps shares in proportion to ``weights`` (1 for a subtask not named, no floor),
-as terrain proportions are set by hand; it measures what a given split of the compute buys.
+A subtask's base share is the floor plus the slots the floors leave, in proportion to
+``weights`` (1 for a subtask not named): equal by default, or a prior set by hand, as
+terrain proportions are. ``uniform`` gives every
+subtask the same share, the baseline to compare against. ``fixed`` keeps shares in
+proportion to ``weights`` (no floor); it measures what a given split of the compute buys.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class SchedulerConfig:
     hopeless: float = 0.05      # recent success below this after `patience` episodes: floor
     patience: int = 1500        # episodes before a subtask without success counts as hopeless
     temperature: float = 1.0    # progress ** (1 / temperature): > 1 flattens the shares
-    weights: Mapping[str, float] = field(default_factory=dict)  # fixed: subtask -> weight
+    weights: Mapping[str, float] = field(default_factory=dict)  # base shares: subtask -> weight
 
     @classmethod
     def from_config(cls, multitask) -> SchedulerConfig:
@@ -144,6 +146,10 @@ class Scheduler:
             raise ValueError(f"multitask.weights names unknown subtasks {unknown}; the "
                              f"subtasks are {self.names}")
         self.weights = torch.tensor([float(cfg.weights.get(n, 1.0)) for n in names])
+        if self.weights.sum() <= 0:
+            raise ValueError(f"multitask.weights gives every subtask weight 0: {cfg.weights}")
+        spare = num_slots - self.min_slots * s
+        self.base_share = self.min_slots + (spare * self.weights / self.weights.sum()).floor()
         for name in _STATE[:-1]:
             setattr(self, name, torch.zeros(s, dtype=torch.float64))
         self.allocation = split_slots(torch.ones(s), num_slots, torch.zeros(s))
@@ -198,19 +204,18 @@ class Scheduler:
             weights, minimum = self.weights, torch.zeros(s)
         else:
             c = self.classes()
-            share = self.num_slots // s
             progress = self.progress
-            minimum[c["exploring"]] = share
-            minimum[c["learning"]] = max(self.min_slots, int(self.cfg.keep * share))
             stalled = min(self.cfg.keep, self.cfg.stalled)
-            minimum[c["learning"] & (progress <= 0)] = max(self.min_slots, int(stalled * share))
+            for cls, part in ((c["exploring"], 1.0), (c["learning"], self.cfg.keep),
+                              (c["learning"] & (progress <= 0), stalled)):
+                minimum[cls] = (part * self.base_share[cls]).long().clamp(min=self.min_slots)
             weights = torch.where(c["learning"], progress ** (1.0 / self.cfg.temperature), 0.0)
-            if weights.max() <= 0:  # no progress beyond noise: the unfloored share evenly
+            if weights.max() <= 0:  # no progress beyond noise: the floors, the rest by weight
                 floored = c["mastered"] | c["hopeless"]
                 if floored.all():
                     floored = torch.zeros_like(floored)
-                minimum = torch.where(floored, self.min_slots, 0)
-                weights = (~floored).double()
+                minimum = torch.full((s,), self.min_slots)
+                weights = (~floored) * self.weights
         self.allocation = split_slots(weights, self.num_slots, minimum)
         return self.allocation
 
