@@ -21,9 +21,9 @@ averages is mostly noise. Slots are then set in four classes:
 
 A subtask's base share is the floor plus the slots the floors leave, in proportion to
 ``weights`` (1 for a subtask not named): equal by default, or a prior set by hand, as
-terrain proportions are. ``uniform`` gives every
-subtask the same share, the baseline to compare against. ``fixed`` keeps shares in
-proportion to ``weights`` (no floor); it measures what a given split of the compute buys.
+terrain proportions are. ``uniform`` gives every subtask the same share, the baseline to
+compare against. ``fixed`` keeps shares in proportion to ``weights`` (no floor); it
+measures what a given split of the compute buys.
 """
 
 from __future__ import annotations
