@@ -67,9 +67,9 @@ def curve_settings(run_cfg: DictConfig) -> dict:
     """What a run's curve depends on; a finished curve is reused only for the same."""
     settings = run_settings(run_cfg)
     ignored = IGNORED_BY.get(run_cfg.multitask.allocation, ())
-    # No weights are equal ones: curves from before learning progress read them match.
+    # Unset knobs are left out too, so curves recorded before a knob was read still match.
     settings["multitask"] = {k: v for k, v in settings["multitask"].items()
-                             if k not in ignored and not (k == "weights" and not v)}
+                             if k not in ignored and v not in (None, {})}
     return settings
 
 
