@@ -31,15 +31,16 @@ from locomotion.config import load_config
 from locomotion.study import curve_path, read_csv
 
 
-def paired_log_ratios(study: Path, cfg) -> tuple[list[str], list[int], np.ndarray]:
+def paired_log_ratios(study: Path, cfg, min_seeds: int = 2
+                      ) -> tuple[list[str], list[int], np.ndarray]:
     """Subtask names, the study's seeds with a curve of both allocations (the first two of
     ``cfg.allocations``), and ``d`` as [seeds, subtasks]."""
     pair = [str(a) for a in cfg.allocations[:2]]
     seeds = [int(s) for s in cfg.seeds
              if all(curve_path(study, run_name(a, int(s))).exists() for a in pair)]
-    if len(seeds) < 2:
+    if len(seeds) < min_seeds:
         raise ValueError(f"{study / 'curves'} holds {len(seeds)} seeds with both "
-                         f"{' and '.join(pair)} curves; the spread needs at least 2")
+                         f"{' and '.join(pair)} curves; need at least {min_seeds}")
     rows, names = [], []
     for seed in seeds:
         first, second = (read_csv(curve_path(study, run_name(a, seed))) for a in pair)

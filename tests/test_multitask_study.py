@@ -273,7 +273,7 @@ def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_
 
     curve("learning_progress_s0", 2, 3)
     curve("uniform_s0", 4, None)   # b never: counted as reached at the last step, 40
-    with pytest.raises(ValueError, match="1 seeds with both"):
+    with pytest.raises(ValueError, match="1 seeds with both.*at least 2"):
         power.paired_log_ratios(tmp_path, cfg)
     curve("learning_progress_s1", 3, 1)
     curve("uniform_s1", 3, 2)
@@ -291,3 +291,39 @@ def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_
     assert power.chance_all_sooner(np.array([0.1, 0.2]), 0.0, 0.0) == 1.0
     assert power.chance_all_sooner(np.array([0.1, -0.2]), 0.0, 0.0) == 0.0
     assert 0.2 < power.chance_all_sooner(np.zeros(2), 0.0, 1.0) < 0.3  # (1/2)^2
+
+
+def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_path):
+    load_script()
+    load_script("multitask_power")
+    overview = load_script("multitask_overview")
+
+    def curve(study: Path, name: str, reached: dict[str, int]) -> None:
+        (study / "curves").mkdir(parents=True, exist_ok=True)
+        rows = [{"iteration": i, "env_steps": 10.0 * i,
+                 **{f"{k}/{n}": v for n, at in reached.items()
+                    for k, v in (("success", float(i >= at)), ("episodes", 2.0),
+                                 ("share", 0.5))}}
+                for i in range(1, 5)]
+        write_csv(study / "curves" / f"{name}.csv", rows)
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    curve(first, "fixed_s0", {"a": 2, "b": 4})
+    curve(first, "uniform_s0", {"a": 4, "b": 2})
+    curve(first, "fixed_s1", {"a": 1, "b": 1})   # sooner on both subtasks
+    curve(first, "uniform_s1", {"a": 2, "b": 2})
+    curve(first, "learning_progress_s2", {"a": 1, "b": 1})   # no uniform s2: left out
+    assert overview.paired_runs(first) == {"fixed": [0, 1]}
+    table = overview.overview([first], ["success_threshold=0.5", "window=1",
+                                        "min_episodes=1"]).splitlines()
+    assert table[0].startswith("| study | allocation | seeds | a | b |")
+    # a: ln(40/20) and ln(20/10), both ln 2; b: ln(20/40) and ln 2, mean 0
+    assert table[2] == "| first | fixed | 0, 1 | +0.69 | +0.00 | 3 / 1 | 1 of 2 |"
+
+    curve(second, "uniform_s0", {"a": 1})
+    with pytest.raises(ValueError, match="no allocation paired with a uniform curve"):
+        overview.overview([second], [])
+    curve(second, "fixed_s0", {"a": 1})
+    with pytest.raises(ValueError, match="compare studies of one subtask set"):
+        overview.overview([first, second], ["success_threshold=0.5", "window=1",
+                                            "min_episodes=1"])
