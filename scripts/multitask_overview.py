@@ -21,19 +21,21 @@ from multitask_power import paired_log_ratios
 from locomotion.config import load_config
 
 CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv")
+BASELINE = "uniform"
 
 
-def paired_runs(study: Path, baseline: str = "uniform") -> dict[str, list[int]]:
+def paired_runs(study: Path) -> dict[str, list[int]]:
     """Per allocation other than the baseline, the seeds with a baseline curve too."""
     runs: dict[str, set[int]] = {}
     for path in sorted((study / "curves").glob("*.csv")):
         if m := CURVE.fullmatch(path.name):
             runs.setdefault(m["allocation"], set()).add(int(m["seed"]))
-    base = runs.pop(baseline, set())
+    base = runs.pop(BASELINE, set())
     return {a: sorted(seeds & base) for a, seeds in runs.items() if seeds & base}
 
 
 def overview(studies: list[Path], overrides: list[str]) -> str:
+    """The markdown table, one row per allocation and study, in the order given."""
     header, rows = None, []
     for study in studies:
         pairs = paired_runs(study)
@@ -41,7 +43,7 @@ def overview(studies: list[Path], overrides: list[str]) -> str:
             raise ValueError(f"{study / 'curves'} holds no allocation paired with a uniform "
                              "curve of the same seed (<allocation>_s<seed>.csv)")
         for allocation, seeds in pairs.items():
-            cfg = load_config("multitask_study", [f"allocations=[{allocation},uniform]",
+            cfg = load_config("multitask_study", [f"allocations=[{allocation},{BASELINE}]",
                                                   f"seeds={seeds}", *overrides])
             names, seeds, d = paired_log_ratios(study, cfg, min_seeds=1)
             if header is None:
