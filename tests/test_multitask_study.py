@@ -28,6 +28,18 @@ def load_script(script: str = "multitask_study"):
     return module
 
 
+def reaching_curve(study: Path, name: str, reached: dict[str, int | None]) -> None:
+    """A 4-iteration study curve (10 env steps an iteration) in which each subtask succeeds
+    from the iteration given on (None: never)."""
+    (study / "curves").mkdir(parents=True, exist_ok=True)
+    rows = [{"iteration": i, "env_steps": 10.0 * i,
+             **{f"{k}/{n}": v for n, at in reached.items()
+                for k, v in (("success", float(at is not None and i >= at)),
+                             ("episodes", 2.0), ("share", 0.5))}}
+            for i in range(1, 5)]
+    write_csv(study / "curves" / f"{name}.csv", rows)
+
+
 def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
     study = load_script()
     cfg = load_config("multitask_study", ["success_threshold=0.5", "window=2",
@@ -261,15 +273,9 @@ def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_
     power = load_script("multitask_power")
     cfg = load_config("multitask_study", ["success_threshold=0.5", "window=1",
                                           "min_episodes=1"])
-    curves = tmp_path / "curves"
-    curves.mkdir()
 
     def curve(name: str, a_at: int, b_at: int | None) -> None:
-        rows = [{"iteration": i, "env_steps": 10.0 * i, "success/a": float(i >= a_at),
-                 "episodes/a": 2.0, "share/a": 0.5,
-                 "success/b": float(b_at is not None and i >= b_at), "episodes/b": 2.0,
-                 "share/b": 0.5} for i in range(1, 5)]
-        write_csv(curves / f"{name}.csv", rows)
+        reaching_curve(tmp_path, name, {"a": a_at, "b": b_at})
 
     curve("learning_progress_s0", 2, 3)
     curve("uniform_s0", 4, None)   # b never: counted as reached at the last step, 40
@@ -298,21 +304,12 @@ def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_p
     load_script("multitask_power")
     overview = load_script("multitask_overview")
 
-    def curve(study: Path, name: str, reached: dict[str, int]) -> None:
-        (study / "curves").mkdir(parents=True, exist_ok=True)
-        rows = [{"iteration": i, "env_steps": 10.0 * i,
-                 **{f"{k}/{n}": v for n, at in reached.items()
-                    for k, v in (("success", float(i >= at)), ("episodes", 2.0),
-                                 ("share", 0.5))}}
-                for i in range(1, 5)]
-        write_csv(study / "curves" / f"{name}.csv", rows)
-
     first, second = tmp_path / "first", tmp_path / "second"
-    curve(first, "fixed_s0", {"a": 2, "b": 4})
-    curve(first, "uniform_s0", {"a": 4, "b": 2})
-    curve(first, "fixed_s1", {"a": 1, "b": 1})   # sooner on both subtasks
-    curve(first, "uniform_s1", {"a": 2, "b": 2})
-    curve(first, "learning_progress_s2", {"a": 1, "b": 1})   # no uniform s2: left out
+    reaching_curve(first, "fixed_s0", {"a": 2, "b": 4})
+    reaching_curve(first, "uniform_s0", {"a": 4, "b": 2})
+    reaching_curve(first, "fixed_s1", {"a": 1, "b": 1})   # sooner on both subtasks
+    reaching_curve(first, "uniform_s1", {"a": 2, "b": 2})
+    reaching_curve(first, "learning_progress_s2", {"a": 1, "b": 1})   # no uniform s2: left out
     assert overview.paired_runs(first) == {"fixed": [0, 1]}
     table = overview.overview([first], ["success_threshold=0.5", "window=1",
                                         "min_episodes=1"]).splitlines()
@@ -320,10 +317,10 @@ def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_p
     # a: ln(40/20) and ln(20/10), both ln 2; b: ln(20/40) and ln 2, mean 0
     assert table[2] == "| first | fixed | 0, 1 | +0.69 | +0.00 | 3 / 1 | 1 of 2 |"
 
-    curve(second, "uniform_s0", {"a": 1})
+    reaching_curve(second, "uniform_s0", {"a": 1})
     with pytest.raises(ValueError, match="no allocation paired with a uniform curve"):
         overview.overview([second], [])
-    curve(second, "fixed_s0", {"a": 1})
+    reaching_curve(second, "fixed_s0", {"a": 1})
     with pytest.raises(ValueError, match="compare studies of one subtask set"):
         overview.overview([first, second], ["success_threshold=0.5", "window=1",
                                             "min_episodes=1"])
