@@ -1,6 +1,6 @@
 """Why a multitask run's subtasks fail: per subtask, the share of episodes passing each check.
 
-    python scripts/subtask_checks.py runs/<run> [runs/<other run> ...] [--iterations 201 228]
+    python -m research.subtask_checks runs/<run> [runs/<other run> ...] [--iterations 201 228]
 
 A multitask episode succeeds when it survives, tracks its command and (gait subtasks) keeps
 its foot-contact schedule. The trainer logs each share per iteration in ``progress.jsonl``;

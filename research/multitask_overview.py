@@ -1,10 +1,10 @@
 """Every allocation measured against uniform slots, one table row each.
 
-    python scripts/multitask_overview.py docs/multitask docs/multitask_gaits_first ...
+    python -m research.multitask_overview docs/multitask docs/multitask_gaits_first ...
 
 For each study directory and each allocation in it with a uniform curve of the same seed,
 the row gives the mean over those seeds of ``ln(uniform steps / allocation's steps)`` per
-subtask until the success threshold (``scripts/multitask_power.py``: a subtask never
+subtask until the success threshold (``research/multitask_power.py``: a subtask never
 reached counts as reached at the run's last env step), in how many subtask-seeds the
 allocation got there sooner and later, and in how many seeds it was sooner on every
 subtask. Positive is sooner; +0.1 is about 10 % fewer env steps.
@@ -16,9 +16,8 @@ import argparse
 import re
 from pathlib import Path
 
-from multitask_power import paired_log_ratios
-
-from locomotion.config import load_config
+from research.multitask_power import paired_log_ratios
+from research.study import load_config
 
 CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv")
 BASELINE = "uniform"

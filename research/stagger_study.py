@@ -5,9 +5,9 @@ writes its curve to ``<out_dir>/curves/<cell>.csv``; cells whose CSV exists are 
 an interrupted grid resumes where it stopped. Then the figures and the summary tables are
 (re)drawn from the curves of every cell of the grid.
 
-    python scripts/stagger_study.py                       # the toy grid (task=toy)
-    python scripts/stagger_study.py task=flat_velocity jobs=2   # the quadruped grid (~2 h)
-    python scripts/stagger_study.py grid.rollout_lengths=[8] study.toy.seeds=[0,1,2]
+    python -m research.stagger_study                       # the toy grid (task=toy)
+    python -m research.stagger_study task=flat_velocity jobs=2   # the quadruped grid (~2 h)
+    python -m research.stagger_study grid.rollout_lengths=[8] study.toy.seeds=[0,1,2]
 
 ``jobs=J`` trains J cells at once, each process pinned to its own core (Linux), so runs
 do not share a core and their wall-clock curves stay comparable.
@@ -25,6 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 import numpy as np
@@ -32,10 +33,9 @@ import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from locomotion.envs import LocomotionEnv
-from locomotion.envs.toy_horizon import PhaseTargetEnv
+from locomotion import tasks
 from locomotion.rl.runner import Runner
-from locomotion.study import (
+from research.study import (
     curve_path,
     finished,
     mean_band,
@@ -44,6 +44,10 @@ from locomotion.study import (
     run_settings,
     write_curve,
 )
+from research.toy_horizon import PhaseTargetEnv
+
+if TYPE_CHECKING:
+    from locomotion.envs import LocomotionEnv
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -97,7 +101,7 @@ def cell_config(cfg: DictConfig, cell: Cell) -> DictConfig:
 
 def make_env(cfg: DictConfig) -> PhaseTargetEnv | LocomotionEnv:
     """The toy for ``task=toy``, the quadruped env for every other task."""
-    return PhaseTargetEnv(cfg) if cfg.task.name == "toy" else LocomotionEnv(cfg)
+    return PhaseTargetEnv(cfg) if cfg.task.name == "toy" else tasks.make_env(cfg)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
@@ -421,7 +425,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     plot_scaling(rows, out_dir / "scaling_with_n.png")
 
 
-@hydra.main(config_path="../configs", config_name="stagger_study", version_base="1.3")
+@hydra.main(config_path="configs", config_name="stagger_study", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(cfg.out_dir))
     start = time.perf_counter()

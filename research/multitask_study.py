@@ -10,9 +10,9 @@ settings) can be copied into the out_dir of a study that changes only them. Then
 summary (env steps until each subtask reaches its success threshold) and the figures are
 (re)drawn.
 
-    python scripts/multitask_study.py                      # 2 allocations x 7 seeds
-    python scripts/multitask_study.py jobs=2 seeds=[0]     # one seed, both runs at once
-    python scripts/multitask_study.py report_only=true     # summary of the finished runs
+    python -m research.multitask_study                      # 2 allocations x 7 seeds
+    python -m research.multitask_study jobs=2 seeds=[0]     # one seed, both runs at once
+    python -m research.multitask_study report_only=true     # summary of the finished runs
 
 A subtask counts as reached at the first iteration where its success rate over the last
 ``window`` iterations (episode-weighted, at least ``min_episodes`` episodes) is at least
@@ -28,12 +28,12 @@ from pathlib import Path
 import hydra
 import numpy as np
 from hydra.utils import to_absolute_path
+from locomotion.tasks import make_env, subtasks_of
 from omegaconf import DictConfig, OmegaConf
 
-from locomotion.envs import LocomotionEnv
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
-from locomotion.study import (
+from research.study import (
     changed_settings,
     curve_path,
     finished,
@@ -76,7 +76,7 @@ def curve_settings(run_cfg: DictConfig) -> dict:
 def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> dict:
     """One CSV row: per subtask its success rate (NaN without episodes), episodes, share."""
     mt = stats["multitask"]
-    shares = runner.env.multitask.slots.counts("current", len(names)).double()
+    shares = subtasks_of(runner.env).slots.counts("current", len(names)).double()
     shares = shares / shares.sum()
     row = {"iteration": stats["iteration"], "env_steps": stats["env_steps"],
            "wall_s": time.perf_counter() - start}
@@ -97,9 +97,9 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
     cfg, allocation, seed, out_dir, runs_dir = job
     name = run_name(allocation, seed)
     run_cfg = run_config(cfg, allocation, seed)
-    env = LocomotionEnv(run_cfg)
+    env = make_env(run_cfg)
     runner = Runner(env, run_cfg, log_dir=runs_dir / name)
-    names = env.multitask.names
+    names = subtasks_of(env).names
     partial = runs_dir / name / "curve_so_far.csv"
     rows = resumed_rows(runner, partial, int(cfg.iterations))
     start = time.perf_counter() - (rows[-1]["wall_s"] if rows else 0.0)
@@ -413,7 +413,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")
 
 
-@hydra.main(config_path="../configs", config_name="multitask_study", version_base="1.3")
+@hydra.main(config_path="configs", config_name="multitask_study", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(cfg.out_dir))
     if not cfg.report_only:

@@ -1,11 +1,11 @@
 """How often a study's paired runs would show an allocation sooner on every subtask.
 
-    python scripts/multitask_power.py docs/multitask [--seeds 3] [--effects 0,0.1,0.2]
+    python -m research.multitask_power docs/multitask [--seeds 3] [--effects 0,0.1,0.2]
 
 Per seed of the study with both curves (``learning_progress_s<seed>.csv``,
 ``uniform_s<seed>.csv``; ``seeds=[...]`` and the study's other settings as overrides) and
 per subtask, ``d = ln(uniform steps / learning-progress steps)`` until the success threshold
-(``configs/multitask_study.yaml``; a subtask never reached counts as reached at the run's
+(``research/configs/multitask_study.yaml``; a subtask never reached counts as reached at the run's
 last env step, which understates the gap where only one run got there). ``d`` is split into
 a mean per subtask (the allocation's measured effect), an effect shared by the subtasks of
 one seed (a pair whose runs part into a better and a worse policy) and the rest.
@@ -25,10 +25,9 @@ import math
 from pathlib import Path
 
 import numpy as np
-from multitask_study import run_name, steps_to_threshold
 
-from locomotion.config import load_config
-from locomotion.study import curve_path, read_csv
+from research.multitask_study import run_name, steps_to_threshold
+from research.study import curve_path, load_config, read_csv
 
 
 def paired_log_ratios(study: Path, cfg, min_seeds: int = 2

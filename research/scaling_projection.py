@@ -9,8 +9,8 @@ for ``project.ranks`` ranks under a ring all-reduce model, on this machine's lin
 a node and on the assumed networks between nodes. Prints the tables and replaces the
 table section of ``docs/scaling.md`` (between its markers); the last line is JSON.
 
-    python scripts/scaling_projection.py
-    python scripts/scaling_projection.py num_envs=512 measure.rank_threads=2 write=null
+    python -m research.scaling_projection
+    python -m research.scaling_projection num_envs=512 measure.rank_threads=2 write=null
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from hydra.core.hydra_config import HydraConfig
+from locomotion.tasks import make_env
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from locomotion.envs import LocomotionEnv
 from locomotion.rl.distributed import Distributed
 from locomotion.rl.runner import Runner, build_policy
 
@@ -102,7 +102,7 @@ def measure_rank(cfg: DictConfig) -> tuple[dict, dict]:
         rank_cfg.sim.nthread = threads
         rank_cfg.torch_threads = threads
         rank_cfg.logging.tensorboard = False
-    env = LocomotionEnv(rank_cfg)
+    env = make_env(rank_cfg)
     runner = Runner(env, rank_cfg)
     rows: list[dict] = []
 
@@ -270,13 +270,13 @@ def write_doc(path: Path, table: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
 
 
-@hydra.main(config_path="../configs", config_name="scaling_projection", version_base="1.3")
+@hydra.main(config_path="configs", config_name="scaling_projection", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     rank, spec = measure_rank(cfg)  # first, alone: the 2 processes below would share cores
     comm = measure_comm(spec, int(cfg.measure.allreduce_calls))
     rows, fit = project(rank, comm, cfg)
     overrides = " ".join(OmegaConf.to_container(HydraConfig.get().overrides.task))
-    command = f"python scripts/scaling_projection.py {overrides}".strip()
+    command = f"python -m research.scaling_projection {overrides}".strip()
     table = tables(rank, comm, rows, fit, cfg, command)
     print(table)
     if cfg.write:

@@ -3,8 +3,8 @@
 Reads ``progress.jsonl`` (every iteration) and, when present, ``curve.csv`` (the walk checks
 of scripts/benchmark_train.py) from a run folder; several runs can be overlaid.
 
-    python scripts/plot_training.py runs/benchmark_train/<run> --out docs/training_curve.png
-    python scripts/plot_training.py RUN_A RUN_B --labels ours rsl_rl --out docs/peer.png
+    python -m research.plot_training runs/benchmark_train/<run> --out docs/training_curve.png
+    python -m research.plot_training RUN_A RUN_B --labels ours rsl_rl --out docs/peer.png
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
-"""What the study scripts share: curve CSVs that make a grid resumable, runs spread over
-pinned cores, and the seed bands their figures draw.
+"""What the studies share: their configs, curve CSVs that make a grid resumable, runs spread
+over pinned cores, and the seed bands their figures draw.
 
 A study trains many independent runs with the same budget and compares their curves. Each
 run writes its curve once, atomically, when it finishes, so a CSV that exists is a finished
 run and an interrupted study resumes by skipping those. Beside the curve it keeps the
 settings the run was trained with, so a study asked to run with other settings stops
 instead of reporting the old curve as the new experiment.
+
+Kept results may be gzipped (``<name>.csv.gz``, ``progress.jsonl.gz``): the readers here
+take either, and a study finds a gzipped curve as it finds a plain one.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import multiprocessing
 import os
@@ -18,15 +22,48 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from locomotion.rl.runner import sigterm_as_interrupt
+# The studies' configs. Each names the package's configs (pkg://locomotion.configs) as its
+# search path, so robot=, task=, algo= ... resolve as in the package's commands.
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 # What decides a run's outcome: a curve or checkpoint made under other values of these is
 # another experiment. Not here: how it logs, and where it runs (device, thread counts),
 # which changes results only by rounding.
 RUN_KEYS = ("seed", "num_envs", "robot", "terrain", "randomization", "multitask", "task",
             "reset", "solver", "algo")
+
+
+def load_config(name: str, overrides: list[str] | None = None) -> DictConfig:
+    """The study config ``research/configs/<name>.yaml`` with Hydra command-line style
+    ``overrides`` (what ``python -m research.<study> <overrides>`` would run)."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides or [])
+
+
+def stored(path: Path) -> Path:
+    """``path``, or ``<path>.gz`` where only the gzipped copy is kept."""
+    path = Path(path)
+    if path.exists() or path.suffix == ".gz":
+        return path
+    gz = path.with_name(path.name + ".gz")
+    return gz if gz.exists() else path
+
+
+def open_text(path: Path, mode: str = "r"):
+    """A text file, through gzip when its name ends in ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, mode + "t", newline="")
+    return path.open(mode, newline="")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """One dict per line of a ``progress.jsonl`` (or its ``.gz``)."""
+    with open_text(stored(path)) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def run_settings(cfg: DictConfig) -> dict:
@@ -50,25 +87,30 @@ def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
 
 
 def curve_path(out_dir: Path, name: str) -> Path:
-    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve."""
-    return out_dir / "curves" / f"{name}.csv"
+    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve (``.csv``, or
+    ``.csv.gz`` where that is what is kept)."""
+    return stored(Path(out_dir) / "curves" / f"{name}.csv")
 
 
 def settings_path(curve: Path) -> Path:
-    """Where the settings of the run that drew ``curve`` are kept."""
+    """Where the settings of the run that drew ``curve`` are kept (beside it, plain JSON)."""
+    if curve.suffix == ".gz":
+        curve = curve.with_suffix("")
     return curve.with_suffix(".settings.json")
 
 
 def _write_atomically(path: Path, write: Callable) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
+    with (gzip.open(tmp, "wt", newline="") if path.suffix == ".gz"
+          else tmp.open("w", newline="")) as f:
         write(f)
     os.replace(tmp, path)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write ``rows`` atomically, so a CSV that exists is always a finished run."""
+    """Write ``rows`` atomically, so a CSV that exists is always a finished run (gzipped
+    where ``path`` ends in ``.gz``)."""
     def write(f) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -84,8 +126,8 @@ def write_curve(path: Path, rows: list[dict], settings: dict) -> None:
 
 
 def read_csv(path: Path) -> dict[str, np.ndarray]:
-    """A curve CSV as one float array per column."""
-    with path.open() as f:
+    """A curve CSV (or ``.csv.gz``) as one float array per column."""
+    with open_text(stored(path)) as f:
         rows = list(csv.DictReader(f))
     return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
 
@@ -135,6 +177,8 @@ def run_jobs(fn: Callable, work: Iterable, jobs: int = 1) -> Iterator:
     the spawned workers. A killed study (SIGTERM, Ctrl-C) stops its workers too instead of
     leaving them to finish runs nobody collects.
     """
+    from locomotion.rl.runner import sigterm_as_interrupt  # not needed to read results
+
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     work = list(work)

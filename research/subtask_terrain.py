@@ -1,6 +1,6 @@
 """Where a multitask policy fails on a terrain subtask: per terrain type and level.
 
-    python scripts/subtask_terrain.py runs/<run>/checkpoints/latest.pt stairs [--num-envs 256]
+    python -m research.subtask_terrain runs/<run>/checkpoints/latest.pt stairs [--num-envs 256]
 
 Every env slot of a batch built from the checkpoint's own config runs the named subtask for
 two episode lengths (the terrain curriculum keeps moving levels, as in training). Each
@@ -15,8 +15,8 @@ import argparse
 from collections import defaultdict
 
 import torch
+from locomotion.tasks import make_env, subtasks_of
 
-from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.evaluation.policies import load_policy
 
 COLUMNS = ("survived", "success", "lin_vel_error", "distance")
@@ -27,9 +27,9 @@ def terrain_outcomes(path: str, subtask: str, num_envs: int) -> dict[tuple[str, 
     policy = load_policy(path)
     cfg = policy.train_config.copy()
     cfg.num_envs = num_envs
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     try:
-        subtasks, curriculum = env.multitask, env.curriculum
+        subtasks, curriculum = subtasks_of(env), env.curriculum
         if subtasks is None or curriculum is None:
             raise ValueError(f"{path} was not trained on multitask subtasks over a terrain grid")
         if subtask not in subtasks.names:

@@ -1,10 +1,10 @@
 """Replay a multitask study curve through the scheduler: the progress it would see.
 
-    python scripts/replay_scheduler.py docs/multitask/curves/uniform_s0.csv \
+    python -m research.replay_scheduler docs/multitask/curves/uniform_s0.csv \
         [--windows 200:700,1300:1500] [multitask.noise=0 multitask.fast=0.3 ...]
 
 Feeds each iteration's successes and episodes per subtask (as the study logged them) into
-a ``Scheduler`` built from ``configs/multitask_study.yaml`` plus the given overrides, and
+a ``Scheduler`` built from ``research/configs/multitask_study.yaml`` plus the given overrides, and
 prints, per subtask, the mean learning progress over each iteration window, the windowed
 success rate at its ends and the mean share of slots the scheduler would have set there.
 On a uniform run's curve, a window where success is flat shows how much of the progress
@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from locomotion.config import load_config
-from locomotion.multitask import Scheduler, SchedulerConfig
-from locomotion.study import read_csv
+from locomotion.multitask.scheduler import Scheduler, SchedulerConfig
+from research.study import load_config, read_csv
 
 
 def replay(curve: dict[str, np.ndarray], cfg: SchedulerConfig

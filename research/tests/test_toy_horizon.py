@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from locomotion.config import load_config
-from locomotion.envs.toy_horizon import PhaseTargetEnv
 from locomotion.rl.runner import Runner
+from research import stagger_study
+from research.study import load_config
+from research.toy_horizon import PhaseTargetEnv
 
-ROOT = Path(__file__).resolve().parents[1]
+# The stagger study's config is the training config with task=toy (and the grid beside it).
 SMALL = ["task=toy", "num_envs=32", "algo.num_steps=8", "logging.tensorboard=false",
          "algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]"]
 
 
 def make_env(*overrides: str) -> PhaseTargetEnv:
-    return PhaseTargetEnv(load_config("train", [*SMALL, *overrides]))
-
-
-def load_study():
-    spec = importlib.util.spec_from_file_location("stagger_study",
-                                                  ROOT / "scripts" / "stagger_study.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return PhaseTargetEnv(load_config("stagger_study", [*SMALL, *overrides]))
 
 
 def run_episode(env: PhaseTargetEnv, act) -> torch.Tensor:
@@ -78,7 +67,7 @@ def test_schedules_set_the_counters_and_batches_cover_the_horizon():
 
 
 def test_runner_trains_and_resumes_on_the_toy(tmp_path):
-    cfg = load_config("train", [*SMALL, "reset=staggered", "logging.save_interval=2"])
+    cfg = load_config("stagger_study", [*SMALL, "reset=staggered", "logging.save_interval=2"])
     straight = Runner(PhaseTargetEnv(cfg), cfg, log_dir=tmp_path / "a")
     straight.learn(4)
     first = Runner(PhaseTargetEnv(cfg), cfg, log_dir=tmp_path / "b")
@@ -92,7 +81,7 @@ def test_runner_trains_and_resumes_on_the_toy(tmp_path):
 
 
 def test_study_cell_runs_resumes_and_reports(tmp_path):
-    study = load_study()
+    study = stagger_study
     cfg = load_config("stagger_study", [
         f"out_dir={tmp_path}", "grid.schedules=[sync,staggered]", "grid.rollout_lengths=[8]",
         "study.toy.seeds=[0]", "study.toy.num_envs=[16]", "study.toy.env_steps=2560",
@@ -127,9 +116,10 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
         study.run_grid(cfg, tmp_path)
 
 
-def test_study_runs_cells_in_parallel_with_the_same_curves(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # spawned workers import the module
-    study = load_study()
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_study_runs_cells_in_parallel_with_the_same_curves(tmp_path):
+    study = stagger_study  # the spawned workers import it as research.stagger_study
     cfg = load_config("stagger_study", [
         "grid.schedules=[sync,staggered]", "grid.rollout_lengths=[8]", "study.toy.seeds=[0]",
         "study.toy.num_envs=[16]", "study.toy.env_steps=1280",
@@ -148,7 +138,7 @@ def test_study_runs_cells_in_parallel_with_the_same_curves(tmp_path, monkeypatch
 
 
 def test_threshold_crossing_needs_a_window_of_half_the_envs():
-    study = load_study()
+    study = stagger_study
     curve = {"env_steps": np.array([10.0, 20, 30]), "wall_s": np.array([1.0, 2, 3]),
              "return": np.array([15.0, 9.0, 13.0]), "episodes": np.array([1.0, 512, 600])}
     assert study.first_crossing(curve, 12.0, 1024) == (30.0, 3.0)  # one early fall is no hit

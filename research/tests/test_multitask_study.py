@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from locomotion.config import load_config
-from locomotion.study import first_difference, mean_band, write_csv
+from research import (
+    multitask_overview,
+    multitask_power,
+    multitask_study,
+    replay_scheduler,
+    subtask_checks,
+    subtask_terrain,
+)
+from research.study import first_difference, load_config, mean_band, write_csv
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
          "terrain.levels=4", "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.1",
          "algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]",
          "success_threshold=0.0", "window=1", "min_episodes=1"]
-
-
-def load_script(script: str = "multitask_study"):
-    spec = importlib.util.spec_from_file_location(script, ROOT / "scripts" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def reaching_curve(study: Path, name: str, reached: dict[str, int | None]) -> None:
@@ -41,7 +37,7 @@ def reaching_curve(study: Path, name: str, reached: dict[str, int | None]) -> No
 
 
 def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
-    study = load_script()
+    study = multitask_study
     cfg = load_config("multitask_study", ["success_threshold=0.5", "window=2",
                                           "min_episodes=4"])
     curve = {"env_steps": np.array([10.0, 20, 30, 40]),
@@ -73,7 +69,7 @@ def test_threshold_is_the_first_window_with_enough_episodes_at_the_rate():
 
 
 def test_outcomes_are_grouped_by_the_experience_each_allocation_gave():
-    study = load_script()
+    study = multitask_study
     cfg = load_config("multitask_study", ["experience_bins=[0.95,1.05]"])
     steps = np.array([10.0, 20, 30, 40])
     lp = {"env_steps": steps, "share/a": np.full(4, 0.5), "share/b": np.array([.3, .3, .9, .9]),
@@ -119,14 +115,14 @@ def test_first_difference_skips_timings_and_equal_nans():
 
 
 def test_hold_last_carries_the_last_measured_rate_over_gaps():
-    study = load_script()
+    study = multitask_study
     held = study.hold_last(np.array([np.nan, 0.2, np.nan, np.nan, 0.9, np.nan]))
     assert math.isnan(held[0])  # nothing measured yet
     assert held[1:].tolist() == [0.2, 0.2, 0.2, 0.9, 0.9]
 
 
 def test_study_runs_resumes_and_reports(tmp_path):
-    study = load_script()
+    study = multitask_study
     cfg = load_config("multitask_study", SMALL)
     out, runs = tmp_path / "out", tmp_path / "runs"
     assert sorted(study.run_study(cfg, out, runs)) == ["learning_progress_s0", "uniform_s0"]
@@ -141,7 +137,7 @@ def test_study_runs_resumes_and_reports(tmp_path):
     checkpoint = runs / "learning_progress_s0" / "checkpoints" / "latest.pt"
     assert checkpoint.exists()
 
-    terrain = load_script("subtask_terrain")
+    terrain = subtask_terrain
     outcomes = terrain.terrain_outcomes(str(checkpoint), "stairs", num_envs=8)
     assert outcomes and {kind for kind, _ in outcomes} <= {"stairs_up", "stairs_down"}
     assert all(0 <= level <= 1 for _, level in outcomes)  # the subtask's level range
@@ -182,7 +178,7 @@ def test_study_runs_resumes_and_reports(tmp_path):
 def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
     """A run stopped part-way (here: its final curve lost after 2 of 3 iterations) resumes
     at its checkpoint and keeps the curve rows from before."""
-    study = load_script()
+    study = multitask_study
     cfg = load_config("multitask_study", [*SMALL, "allocations=[uniform]"])
     out, runs = tmp_path / "out", tmp_path / "runs"
     study.run_study(cfg, out, runs)
@@ -209,14 +205,14 @@ def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
 
 
 def test_study_needs_the_multitask_task(tmp_path):
-    study = load_script()
+    study = multitask_study
     cfg = load_config("multitask_study", ["task=flat_velocity", "multitask=none"])
     with pytest.raises(ValueError, match="needs subtasks: use task=multitask"):
         study.run_study(cfg, tmp_path, tmp_path)
 
 
 def test_a_curve_depends_on_the_weights_where_set_and_not_under_uniform_slots():
-    study = load_script()
+    study = multitask_study
     allocations = ("fixed", "uniform", "learning_progress")
     cfg = load_config("multitask_study", ["multitask.weights={trot: 0.25}"])
     settings = {a: study.curve_settings(study.run_config(cfg, a, 0))["multitask"]
@@ -231,7 +227,7 @@ def test_a_curve_depends_on_the_weights_where_set_and_not_under_uniform_slots():
 
 
 def test_subtask_checks_weight_each_iteration_by_its_episodes():
-    checks = load_script("subtask_checks")
+    checks = subtask_checks
     rows = [{"iteration": 1, "multitask/episodes/trot": 2.0, "multitask/on_gait/trot": 0.5,
              "multitask/gait_match/trot": 0.6, "multitask/success/trot": 0.0},
             {"iteration": 2, "multitask/episodes/trot": 6.0, "multitask/on_gait/trot": 1.0,
@@ -248,7 +244,7 @@ def test_subtask_checks_weight_each_iteration_by_its_episodes():
 
 
 def test_replay_sees_progress_on_a_rising_subtask_and_none_on_a_plateau():
-    replay = load_script("replay_scheduler")
+    replay = replay_scheduler
     rng = np.random.default_rng(0)
     iterations = 600
     rising = np.linspace(0.0, 0.9, iterations)
@@ -269,8 +265,7 @@ def test_replay_sees_progress_on_a_rising_subtask_and_none_on_a_plateau():
 
 
 def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_path):
-    load_script()  # the power script imports the study's threshold rule
-    power = load_script("multitask_power")
+    power = multitask_power
     cfg = load_config("multitask_study", ["success_threshold=0.5", "window=1",
                                           "min_episodes=1"])
 
@@ -300,9 +295,7 @@ def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_
 
 
 def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_path):
-    load_script()
-    load_script("multitask_power")
-    overview = load_script("multitask_overview")
+    overview = multitask_overview
 
     first, second = tmp_path / "first", tmp_path / "second"
     reaching_curve(first, "fixed_s0", {"a": 2, "b": 4})

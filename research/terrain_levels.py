@@ -1,6 +1,6 @@
 """Where a terrain run's envs stand on the curriculum: level per terrain type at a checkpoint.
 
-    python scripts/terrain_levels.py runs/<run>/checkpoints/latest.pt
+    python -m research.terrain_levels runs/<run>/checkpoints/latest.pt
 
 The curriculum moves an env up a level when it walks more than half a tile from its spawn
 point and down when it covers less than half its commanded distance, so the level an env
@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from locomotion.envs.terrain import TerrainGrid
 from locomotion.rl.checkpoint import load_checkpoint
+from locomotion.sim.terrain import TerrainGrid
 
 DIFFICULTY_KEYS = ("step_height", "slope", "noise", "height")
 

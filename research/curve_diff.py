@@ -1,6 +1,6 @@
 """Where two study curves part: the first iteration at which their logged values differ.
 
-    python scripts/curve_diff.py docs/multitask/curves/uniform_s0.csv \
+    python -m research.curve_diff docs/multitask/curves/uniform_s0.csv \
         docs/multitask/curves/learning_progress_s0.csv
 
 On one machine with the same ``torch_threads`` a learning-progress run equals the uniform
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from locomotion.study import first_difference, read_csv
+from research.study import first_difference, read_csv
 
 
 def main() -> None:
