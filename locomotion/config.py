@@ -8,7 +8,10 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+import locomotion.configs
+
+# The config tree ships inside the package (the repository's configs/ folder).
+CONFIG_DIR = Path(locomotion.configs.__file__).resolve().parent
 
 
 def load_config(name: str = "env", overrides: list[str] | None = None) -> DictConfig:

@@ -1,4 +1,4 @@
-"""Robot models (MJCF) and their specs; one folder per robot."""
+"""Robot models (MJCF) and their specs, one folder per robot (``locomotion.robots``)."""
 
 from pathlib import Path
 

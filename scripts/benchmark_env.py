@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from locomotion.config import CONFIG_DIR
 from locomotion.envs import LocomotionEnv
 from locomotion.sim.model_builder import SolverProfile, build_model
+from locomotion.tasks import make_env
 
 
 def record_workload(env: LocomotionEnv, steps: int, gen: torch.Generator):
@@ -75,7 +76,7 @@ def started_env(cfg: DictConfig, n: int) -> tuple[LocomotionEnv, torch.Generator
     run_cfg = cfg.copy()
     with open_dict(run_cfg):
         run_cfg.num_envs = n
-    env = LocomotionEnv(run_cfg)
+    env = make_env(run_cfg)
     env.reset()
     gen = torch.Generator().manual_seed(int(cfg.seed))
     env_steps_per_s(env, cfg.warmup_steps, gen)

@@ -24,8 +24,8 @@ import torch
 import warp as wp
 from omegaconf import DictConfig, open_dict
 
-from locomotion.envs import LocomotionEnv
 from locomotion.rl.runner import Runner
+from locomotion.tasks import make_env
 
 MB = 2**20
 
@@ -45,7 +45,7 @@ def measure(cfg: DictConfig, n: int) -> dict:
     run_cfg = cfg.copy()
     with open_dict(run_cfg):
         run_cfg.num_envs = n
-    env = LocomotionEnv(run_cfg)
+    env = make_env(run_cfg)
     device = env.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -23,9 +23,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from locomotion.envs import LocomotionEnv
 from locomotion.evaluation import evaluate_episodes, walks
 from locomotion.rl.runner import Runner, summary_line
+from locomotion.tasks import make_env
 
 
 @hydra.main(config_path="../configs", config_name="benchmark_train", version_base="1.3")
@@ -33,13 +33,13 @@ def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     start = time.perf_counter()
     eval_s = 0.0
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     eval_cfg = cfg.copy()
     with open_dict(eval_cfg):
         eval_cfg.num_envs = cfg.eval_envs
         eval_cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
         eval_cfg.seed = cfg.seed + 1000
-    eval_env = LocomotionEnv(eval_cfg)
+    eval_env = make_env(eval_cfg)
     runner = Runner(env, cfg, log_dir=run_dir)
     rows: list[dict] = []
     result: dict = {}

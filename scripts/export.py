@@ -1,22 +1,6 @@
-"""Export a checkpoint for deployment: ``python scripts/export.py checkpoint=PATH [out=DIR]``.
+"""``locomotion-export`` from a checkout: export a checkpoint for deployment."""
 
-Writes policy.onnx, policy.pt (TorchScript), policy.json (the sidecar) and robot.xml to
-``<run>/exported/`` (or ``out``), after checking the graphs against the torch policy.
-Run the result without the training code: ``python scripts/deploy_mujoco.py <dir>/policy.onnx``.
-"""
-
-from __future__ import annotations
-
-import hydra
-from omegaconf import DictConfig
-
-from locomotion.export import export_checkpoint
-
-
-@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    print(export_checkpoint(cfg.checkpoint, cfg.out, cfg.check).summary())
-
+from locomotion.commands.export import main
 
 if __name__ == "__main__":
     main()

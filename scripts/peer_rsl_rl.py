@@ -19,8 +19,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from locomotion.envs import LocomotionEnv
 from locomotion.envs.rsl_rl_adapter import RslRlVecEnv
+from locomotion.tasks import make_env
 
 
 class EpisodeTap(RslRlVecEnv):
@@ -67,7 +67,7 @@ def main(cfg: DictConfig) -> None:
         torch.set_num_threads(int(cfg.torch_threads))
     torch.manual_seed(int(cfg.seed))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    env = EpisodeTap(LocomotionEnv(cfg))  # resets through the configured schedule
+    env = EpisodeTap(make_env(cfg))  # resets through the configured schedule
     runner = OnPolicyRunner(env, train_cfg(cfg), log_dir=None, device=cfg.device)
     start = time.perf_counter()  # like Runner.train_wall_s: training only, after the reset
     steps_per_it = env.num_envs * int(cfg.algo.num_steps)

@@ -46,6 +46,10 @@ class GaitClock:
             raise ValueError(f"unknown gait {name!r}; valid: {['free', *self.names]}")
         return self.names.index(name)
 
+    def assign(self, env_ids: torch.Tensor, gaits: torch.Tensor) -> None:
+        """Give ``env_ids`` these gait indices (FREE, DRAW or a gait) from their next reset."""
+        self.assigned[env_ids.cpu()] = gaits.cpu()
+
     def reset(self, env_ids: torch.Tensor) -> None:
         """New gait (``assigned``, else drawn from ``sample``), frequency and phase."""
         n = len(env_ids)

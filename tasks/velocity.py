@@ -8,43 +8,29 @@ backends are interchangeable. Reward weights and observation scales come from co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig
 
-from locomotion.envs.rotations import (
+from locomotion.sim.backend import SimBackend
+from locomotion.sim.model_builder import ModelLayout
+from locomotion.sim.robot_spec import RobotSpec
+from locomotion.sim.rotations import (
     heading,
     projected_gravity,
     quat_rotate_inverse,
     wrap_angle,
     yaw_quat,
 )
-from locomotion.sim.backend import SimBackend
-from locomotion.sim.model_builder import ModelLayout
-from locomotion.sim.robot_spec import RobotSpec
-from tasks.gaits import GaitClock
+from locomotion.tasks.gaits import GaitClock
+from locomotion.tasks.observations import OBSERVATION_TERMS
+from locomotion.tasks.rewards import REWARD_TERMS, RewardContext
+from locomotion.tasks.terminations import TERMINATION_TERMS
+from locomotion.tasks.world import World
 
 if TYPE_CHECKING:
-    from locomotion.envs.terrain import TerrainGrid
-
-
-@dataclass
-class World:
-    """What the task knows of a batch of envs after a step (all [n, ...])."""
-
-    base_pos: torch.Tensor
-    base_quat: torch.Tensor
-    base_lin_vel: torch.Tensor  # body frame
-    base_ang_vel: torch.Tensor  # body frame
-    gravity: torch.Tensor  # projected gravity, body frame
-    joint_pos: torch.Tensor
-    joint_vel: torch.Tensor
-    foot_contact: torch.Tensor  # bool, any contact during the control step
-    torques: torch.Tensor
-    bad_contact: torch.Tensor  # bool, a terminating body touched something
-    undesired_contacts: torch.Tensor  # number of undesired bodies in contact
+    from locomotion.sim.terrain import TerrainGrid
 
 
 class VelocityTask:
@@ -102,7 +88,8 @@ class VelocityTask:
         self.air_time_target = float(r.air_time_target)
         self.clip_negative_total = bool(r.clip_negative_total)
         self.max_tilt = float(cfg.terminations.max_tilt)
-        self.base_contact_terminates = bool(cfg.terminations.base_contact)
+        self.termination_terms = [TERMINATION_TERMS["tilt"]] + (
+            [TERMINATION_TERMS["base_contact"]] if cfg.terminations.base_contact else [])
         self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
         if unknown:
@@ -120,6 +107,7 @@ class VelocityTask:
                                for k, v in terms.items()}
                            for g, terms in cfg.observations.items()}
         self.terrain = terrain
+        self.subtask_onehot: torch.Tensor | None = None  # [N, S] once subtasks are attached
         self._setup_height_scan(cfg.get("height_scan"))
 
     # ----------------------------------------------------------------- commands / resets
@@ -140,6 +128,14 @@ class VelocityTask:
             self.heading[env_ids] = self._uniform(n, (-math.pi, math.pi))
             steer = torch.rand(n, generator=self.gen) < self.heading_fraction
             self.steered[env_ids] = steer.to(self.device) & ~stand
+
+    def set_command_ranges(self, env_ids: torch.Tensor, ranges: torch.Tensor) -> None:
+        """Draw the next commands of ``env_ids`` from ``ranges`` [n, 3, (low, high)]."""
+        self.command_range[env_ids.cpu()] = ranges.cpu()
+
+    def set_commands(self, commands: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+        """Set the commands [n, 3] of ``env_ids`` (all envs by default) until they expire."""
+        self.commands[slice(None) if env_ids is None else env_ids] = commands.to(self.device)
 
     def initial_state(self, env_ids: torch.Tensor, nq: int, nv: int):
         """Spawn states for ``env_ids``: default pose scaled, random heading, small velocity."""
@@ -235,31 +231,15 @@ class VelocityTask:
     # ----------------------------------------------------------------- observations
     def observation_terms(self, w: World, actions: torch.Tensor,
                           env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Every observation term, unscaled, [n, size] (physical units)."""
-        idx = slice(None) if env_ids is None else env_ids
-        values = {
-            "base_lin_vel": lambda: w.base_lin_vel,
-            "base_ang_vel": lambda: w.base_ang_vel,
-            "projected_gravity": lambda: w.gravity,
-            "commands": lambda: self.commands[idx],
-            "joint_pos": lambda: w.joint_pos - self.default_pose,
-            "joint_vel": lambda: w.joint_vel,
-            "actions": lambda: actions[idx],
-            "foot_contact": lambda: w.foot_contact.float(),
-            "base_height": lambda: self.base_height(w),
-            "height_scan": lambda: self.height_scan(w),
-            "gait": lambda: self.gait.observation(idx),
-            "subtask": lambda: self._subtask_onehot()[idx],
-        }
-        used = {k for terms in self.obs_scales.values() for k in terms}
-        return {k: values[k]() for k in values if k in used}
+        """Every observation term the groups use, unscaled, [n, size] (physical units)."""
+        rows = slice(None) if env_ids is None else env_ids
+        used = dict.fromkeys(k for terms in self.obs_scales.values() for k in terms)
+        return {k: OBSERVATION_TERMS[k](self, w, actions, rows) for k in used}
 
-    def _subtask_onehot(self) -> torch.Tensor:
-        """One-hot of each env's subtask [N, S], set by the env when it runs subtasks."""
-        if getattr(self, "subtask_onehot", None) is None:
-            raise ValueError("observation term 'subtask' needs subtasks: choose task=multitask "
-                             "or a multitask config with subtasks")
-        return self.subtask_onehot
+    def observe_subtasks(self, onehot: torch.Tensor) -> None:
+        """Show the policy each env's subtask through the ``subtask`` term: ``onehot`` [N, S]
+        is the subtask set's own buffer, updated in place as slots change subtask."""
+        self.subtask_onehot = onehot
 
     def observations(self, w: World, actions: torch.Tensor,
                      env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -330,7 +310,7 @@ class VelocityTask:
         contact = w.foot_contact
         first_contact = (self.air_time > 0) & contact
         self.air_time += self.dt
-        ctx = _RewardContext(w, self, actions, last_actions, first_contact)
+        ctx = RewardContext(w, self, actions, last_actions, first_contact)
         terms = {name: REWARD_TERMS[name](ctx) * (wt * self.dt)
                  for name, wt in self.reward_weights.items()}
         self.air_time *= ~contact
@@ -349,63 +329,8 @@ class VelocityTask:
 
     # ----------------------------------------------------------------- terminations
     def terminations(self, w: World) -> torch.Tensor:
-        """Failure (not timeout): a terminating body touched something or the base tipped."""
-        tilt = torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
-        failed = tilt > self.max_tilt
-        if self.base_contact_terminates:
-            failed |= w.bad_contact
+        """Failure (not timeout): any termination term switched on by config."""
+        failed = self.termination_terms[0](self, w)
+        for term in self.termination_terms[1:]:
+            failed = failed | term(self, w)
         return failed
-
-
-@dataclass
-class _RewardContext:
-    w: World
-    task: VelocityTask
-    actions: torch.Tensor
-    last_actions: torch.Tensor
-    first_contact: torch.Tensor
-
-
-def _track_lin(c: _RewardContext) -> torch.Tensor:
-    err = (c.task.commands[:, :2] - c.w.base_lin_vel[:, :2]).square().sum(1)
-    return torch.exp(-err / c.task.tracking_sigma)
-
-
-def _track_ang(c: _RewardContext) -> torch.Tensor:
-    err = (c.task.commands[:, 2] - c.w.base_ang_vel[:, 2]).square()
-    return torch.exp(-err / c.task.tracking_sigma)
-
-
-def _feet_air_time(c: _RewardContext) -> torch.Tensor:
-    """Long swings while moving; not for envs with a gait command, whose schedule sets the
-    swing time (0.5 s of air at 2 Hz would fight the schedule)."""
-    moving = c.task.commands[:, :2].norm(dim=1) > 0.1
-    if c.task.gait is not None:
-        moving = moving & ~c.task.gait.active
-    return ((c.task.air_time - c.task.air_time_target) * c.first_contact).sum(1) * moving
-
-
-def _joint_limits(c: _RewardContext) -> torch.Tensor:
-    low, high = c.task.soft_limits[:, 0], c.task.soft_limits[:, 1]
-    q = c.w.joint_pos
-    return ((low - q).clamp(min=0) + (q - high).clamp(min=0)).sum(1)
-
-
-REWARD_TERMS = {
-    "track_lin_vel": _track_lin,
-    "track_ang_vel": _track_ang,
-    "lin_vel_z": lambda c: c.w.base_lin_vel[:, 2].square(),
-    "ang_vel_xy": lambda c: c.w.base_ang_vel[:, :2].square().sum(1),
-    "orientation": lambda c: c.w.gravity[:, :2].square().sum(1),
-    "torques": lambda c: c.w.torques.square().sum(1),
-    "joint_acc": lambda c: ((c.w.joint_vel - c.task.last_joint_vel) / c.task.dt).square().sum(1),
-    "action_rate": lambda c: (c.actions - c.last_actions).square().sum(1),
-    "feet_air_time": _feet_air_time,
-    "undesired_contacts": lambda c: c.w.undesired_contacts,
-    "joint_limits": _joint_limits,
-    "gait_contact": lambda c: c.task.gait.contact_match(c.w.foot_contact),
-}
-
-OBSERVATION_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "commands",
-                     "joint_pos", "joint_vel", "actions", "foot_contact", "base_height",
-                     "height_scan", "gait", "subtask")

@@ -2,6 +2,7 @@
 
 import pytest
 
+from locomotion import tasks
 from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
 
@@ -14,7 +15,7 @@ def make_env():
     envs = []
 
     def factory(*overrides: str, reset: bool = True) -> LocomotionEnv:
-        env = LocomotionEnv(load_config("env", [*BASE_OVERRIDES, *overrides]))
+        env = tasks.make_env(load_config("env", [*BASE_OVERRIDES, *overrides]))
         envs.append(env)
         if reset:
             env.reset()
@@ -31,7 +32,7 @@ def env_from_cfg():
     envs = []
 
     def factory(cfg) -> LocomotionEnv:
-        env = LocomotionEnv(cfg)
+        env = tasks.make_env(cfg)
         envs.append(env)
         env.reset()
         return env

@@ -25,6 +25,7 @@ from gymnasium.utils.performance import benchmark_vector_step
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
+from locomotion import tasks
 from locomotion.config import load_config
 from locomotion.envs.gymnasium_adapter import GymnasiumVectorEnv
 from locomotion.envs.rsl_rl_adapter import RslRlVecEnv
@@ -38,7 +39,7 @@ STEPS = 20
 def make_env(num_envs: int = NUM_ENVS) -> LocomotionEnv:
     """All envs start together and time out together after HORIZON steps."""
     cfg = load_config("env", [f"num_envs={num_envs}", "reset=sync", "task.episode_length_s=0.2"])
-    env = LocomotionEnv(cfg)
+    env = tasks.make_env(cfg)
     assert env.max_episode_length == HORIZON
     return env
 
@@ -171,7 +172,7 @@ def test_gymnasium_dict_observations_and_consumers():
         calls.append(o)
         return np.zeros((NUM_ENVS, 12), np.float32)
 
-    raw = LocomotionEnv(policy_warmup_config())
+    raw = tasks.make_env(policy_warmup_config())
     raw.reset(lambda o: torch.zeros(NUM_ENVS, 12))  # the adapter can't reset it without a policy
     warm = GymnasiumVectorEnv(raw, obs_group="critic")
     obs, _ = warm.reset(options={"warmup_policy": warmup})
@@ -228,7 +229,7 @@ def test_rsl_rl_adapter_steps_and_times_out():
     env.close()
 
     warmed = []
-    staggered = RslRlVecEnv(LocomotionEnv(policy_warmup_config()),
+    staggered = RslRlVecEnv(tasks.make_env(policy_warmup_config()),
                             warmup_policy=lambda o: warmed.append(o) or torch.zeros(NUM_ENVS, 12))
     assert warmed and len(staggered.episode_length_buf.unique()) > 1  # the schedule was applied
     staggered.close()

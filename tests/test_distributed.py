@@ -19,7 +19,6 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException
 
 from locomotion.config import load_config
-from locomotion.envs import LocomotionEnv
 from locomotion.rl import PPO, ActorCritic, PPOConfig, RolloutStorage
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.distributed import (
@@ -30,6 +29,7 @@ from locomotion.rl.distributed import (
 )
 from locomotion.rl.normalizer import EmpiricalNormalizer, combine_stats
 from locomotion.rl.runner import Runner, run_training
+from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=8", "algo.num_steps=8", "task.episode_length_s=0.5",
@@ -176,7 +176,7 @@ def _rank_main(rank: int, port: int, tmp: Path) -> None:
 
         # Straight 4 iterations through the Runner.
         cfg = group.rank_config(load_config("train", [*SMALL, "max_iterations=4"]))
-        env = LocomotionEnv(cfg)
+        env = make_env(cfg)
         straight = Runner(env, cfg, log_dir=tmp / "straight", dist=group)
         out["initial"] = flat_params(straight.policy)
         straight.learn(4)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from locomotion.envs import PhaseHistogram, ResetSchedule
-from locomotion.envs.rotations import projected_gravity, yaw_quat
-from tasks.velocity import REWARD_TERMS
+from locomotion.sim.rotations import projected_gravity, yaw_quat
+from locomotion.tasks.rewards import REWARD_TERMS
 
 N = 16
 H = 50  # control steps in the 1 s episodes of the base config

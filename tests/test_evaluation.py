@@ -10,13 +10,13 @@ import torch
 from omegaconf import OmegaConf
 
 from locomotion.config import CONFIG_DIR, config_group, load_config, replay_config
-from locomotion.envs import LocomotionEnv
 from locomotion.evaluation.metrics import robustness_margin, wilson_interval
 from locomotion.evaluation.policies import Policy, PolicyLoadError, load_policies, load_policy
 from locomotion.evaluation.report import markdown
 from locomotion.evaluation.robustness import evaluate
 from locomotion.evaluation.rollouts import BatchRunner, batch_config
 from locomotion.evaluation.suite import Suite, SuiteError, plan_batches
+from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "robots" / "go1" / "pretrained"
@@ -101,7 +101,7 @@ def test_checkpoint_and_onnx_export_act_the_same():
     ckpt, onnx = load_policies([str(PRETRAINED / "checkpoint.pt"),
                                 str(PRETRAINED / "policy.onnx")])
     assert (ckpt.label, onnx.label) == ("pretrained (checkpoint)", "pretrained (onnx)")
-    env = LocomotionEnv(replay_config(ckpt.train_config, 32, 0))
+    env = make_env(replay_config(ckpt.train_config, 32, 0))
     try:
         frames = [env.reset()["policy"]]
         for _ in range(10):  # realistic observations: the policy's own walk

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,36 +14,26 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from locomotion.commands import deploy
 from locomotion.config import load_config
 from locomotion.envs import LocomotionEnv
 from locomotion.export import ExportError, export_checkpoint, policy_export
 from locomotion.export.sidecar import command_spec, observation_layout
 from locomotion.export.verification import record_observations
-from locomotion.rl.checkpoint import load_checkpoint, save_checkpoint
-from locomotion.rl.runner import Runner, policy_from_checkpoint
+from locomotion.rl.checkpoint import load_checkpoint, policy_from_checkpoint, save_checkpoint
+from locomotion.rl.runner import Runner
+from locomotion.tasks import make_env
 
-ROOT = Path(__file__).resolve().parents[1]
-PLAYER = ROOT / "scripts" / "deploy_mujoco.py"
 TRAIN = ["num_envs=16", "algo.num_steps=8", "reset=sync", "logging.tensorboard=false"]
 TOLERANCE = 1e-5
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
 
 
-@functools.cache
-def load_player():
-    """scripts/deploy_mujoco.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("deploy_mujoco", PLAYER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
-
-
 def train_checkpoint(run_dir: Path, *overrides: str) -> Path:
     """One PPO iteration (so the normalizer is not the identity), saved as a checkpoint."""
     cfg = load_config("train", [*TRAIN, *overrides])
-    runner = Runner(LocomotionEnv(cfg), cfg, log_dir=run_dir)
+    runner = Runner(make_env(cfg), cfg, log_dir=run_dir)
     runner.learn(1)
     runner.env.close()
     # A fresh head outputs ~0.1; scale it so the error bound is tested on O(1) actions.
@@ -57,7 +45,7 @@ def checkpoint_env(checkpoint: Path, num_envs: int) -> LocomotionEnv:
     cfg = OmegaConf.create(load_checkpoint(checkpoint)["config"])
     cfg.num_envs = num_envs
     cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
-    return LocomotionEnv(cfg)
+    return make_env(cfg)
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +85,9 @@ def test_exported_graphs_match_the_torch_policy(go1):
 
 def test_sidecar_layout_reproduces_the_env_observation(go1):
     checkpoint, result = go1
-    player = load_player()
-    sidecar = player.load_sidecar(result.out_dir / "policy.json")
-    model = player.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
-    observer = player.Observer(sidecar, model)
+    sidecar = deploy.load_sidecar(result.out_dir / "policy.json")
+    model = deploy.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
+    observer = deploy.Observer(sidecar, model)
 
     env = checkpoint_env(checkpoint, num_envs=8)
     assert (model.nq, model.nv, model.nu) == (env.model.nq, env.model.nv, env.model.nu)
@@ -122,15 +109,14 @@ def test_sidecar_layout_reproduces_the_env_observation(go1):
 def test_player_loop_follows_the_env_from_the_same_state(go1):
     """Same state, commands and policy: the player's control loop tracks the env's physics."""
     checkpoint, result = go1
-    player_mod = load_player()
-    sidecar = player_mod.load_sidecar(result.out_dir / "policy.json")
-    model = player_mod.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
+    sidecar = deploy.load_sidecar(result.out_dir / "policy.json")
+    model = deploy.load_model(result.out_dir / "robot.xml", sidecar, sidecar["solver"])
     env = checkpoint_env(checkpoint, num_envs=2)
     rng = np.random.default_rng(0)
-    commander = player_mod.Commander(sidecar, env.task.commands[0].double().numpy(), rng)
-    player = player_mod.Player(sidecar, model,
-                               player_mod.OnnxPolicy(result.out_dir / "policy.onnx", sidecar),
-                               commander, rng)
+    commander = deploy.Commander(sidecar, env.task.commands[0].double().numpy(), rng)
+    player = deploy.Player(sidecar, model,
+                           deploy.OnnxPolicy(result.out_dir / "policy.onnx", sidecar),
+                           commander, rng)
     player.reset(env.sim.qpos[0].numpy(), env.sim.qvel[0].numpy())
     policy = policy_from_checkpoint(load_checkpoint(checkpoint)).inference_policy()
     with torch.inference_mode():
@@ -148,8 +134,9 @@ def test_player_loop_follows_the_env_from_the_same_state(go1):
 def test_player_runs_without_torch_or_the_training_code(go1):
     _, result = go1
     onnx_path = str(result.out_dir / "policy.onnx")
-    run = subprocess.run([sys.executable, str(PLAYER), onnx_path, "--episodes", "1",
-                          "--solver", "fidelity", "--vx", "0.5", "--check-imports"],
+    run = subprocess.run([sys.executable, "-m", "locomotion.commands.deploy", onnx_path,
+                          "--episodes", "1", "--solver", "fidelity", "--vx", "0.5",
+                          "--check-imports"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
@@ -161,9 +148,11 @@ def test_player_runs_without_torch_or_the_training_code(go1):
         assert np.isfinite(summary[key])
     imported = json.loads(lines[-1].removeprefix("imports: "))
     assert "onnxruntime" in imported and "mujoco" in imported
-    assert not {"torch", "locomotion", "tasks", "robots"} & set(imported), imported
+    assert "torch" not in imported, imported
+    ours = {m for m in imported if m.startswith("locomotion")}  # the player runs as __main__
+    assert ours <= {"locomotion", "locomotion.commands", "locomotion.commands.deploy"}, ours
 
-    default = load_player().main([onnx_path, "--episodes", "1"])
+    default = deploy.main([onnx_path, "--episodes", "1"])
     assert default["solver"] == "fast" and default["decimation"] == 4
     assert default["commands"] == "resampled"
 
@@ -187,15 +176,14 @@ def test_checkpoints_that_do_not_fit_are_refused(go1, tmp_path):
 
     # The player refuses files of different robots put together.
     dmc = export_checkpoint(dmc_checkpoint).out_dir
-    player = load_player()
-    go1_sidecar = player.load_sidecar(go1_result.out_dir / "policy.json")
-    with pytest.raises(player.DeployError, match="56 observations"):
-        player.OnnxPolicy(dmc / "policy.onnx", go1_sidecar)
-    with pytest.raises(player.DeployError, match="different robots"):
-        player.load_model(dmc / "robot.xml", go1_sidecar, "fast")
-    mislabelled = {**player.load_sidecar(dmc / "policy.json"), "robot": "go1"}
-    with pytest.raises(player.DeployError, match="exported for robot 'dmc_quadruped'"):
-        player.OnnxPolicy(dmc / "policy.onnx", mislabelled)
+    go1_sidecar = deploy.load_sidecar(go1_result.out_dir / "policy.json")
+    with pytest.raises(deploy.DeployError, match="56 observations"):
+        deploy.OnnxPolicy(dmc / "policy.onnx", go1_sidecar)
+    with pytest.raises(deploy.DeployError, match="different robots"):
+        deploy.load_model(dmc / "robot.xml", go1_sidecar, "fast")
+    mislabelled = {**deploy.load_sidecar(dmc / "policy.json"), "robot": "go1"}
+    with pytest.raises(deploy.DeployError, match="exported for robot 'dmc_quadruped'"):
+        deploy.OnnxPolicy(dmc / "policy.onnx", mislabelled)
 
 
 def test_export_that_misses_the_tolerance_fails_and_writes_nothing(go1, tmp_path, monkeypatch):
@@ -221,7 +209,7 @@ def test_robot_xml_loads_in_plain_mujoco(go1):
 
 def test_sidecar_lists_terms_the_task_adds_with_their_widths():
     cfg = load_config("env", ["task=rough", "terrain=flat", "num_envs=2"])
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     layout = observation_layout(env)
     env.close()
     assert layout[-1] == {"name": "height_scan", "size": 187, "scale": 1.0}

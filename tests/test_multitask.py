@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from locomotion.config import load_config
-from locomotion.envs import LocomotionEnv
-from locomotion.multitask.driver import SchedulerDriver
-from tasks.gaits import FREE
-from tasks.velocity import REWARD_TERMS
+from locomotion.multitask import SchedulerDriver, training_hooks
+from locomotion.tasks import make_env, subtasks_of
+from locomotion.tasks.gaits import FREE
+from locomotion.tasks.rewards import REWARD_TERMS
 
 SMALL = ("task=multitask", "num_envs=32", "reset=sync", "terrain.levels=4",
          "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.2")
@@ -23,7 +23,7 @@ def env_with(env_from_cfg):
 
 def test_subtasks_set_terrain_commands_gait_and_pushes(env_with):
     env = env_with()
-    mt, names = env.multitask, env.multitask.names
+    mt, names = subtasks_of(env), subtasks_of(env).names
     sub = mt.slots.current
     counts = torch.bincount(sub, minlength=len(names))
     assert counts.sum() == env.num_envs and counts.max() - counts.min() <= 1  # an even split
@@ -54,16 +54,16 @@ def test_air_time_reward_leaves_gait_envs_to_their_schedule(env_with):
 
 def test_env_switches_subtask_only_at_its_reset(env_with):
     env = env_with("reset=random_counter")
-    before = env.multitask.slots.current.clone()
-    counts = torch.zeros(len(env.multitask.names), dtype=torch.long)
+    before = subtasks_of(env).slots.current.clone()
+    counts = torch.zeros(len(subtasks_of(env).names), dtype=torch.long)
     counts[0], counts[1] = 16, 16
-    env.multitask.slots.retarget(counts)
-    changed = env.multitask.slots.target != before
+    subtasks_of(env).slots.retarget(counts)
+    changed = subtasks_of(env).slots.target != before
     switched = torch.zeros(env.num_envs, dtype=torch.bool)
     for _ in range(3):
         _, _, term, trunc, _ = env.step(torch.zeros(env.num_envs, env.num_actions))
         done = term | trunc
-        now = env.multitask.slots.current != before
+        now = subtasks_of(env).slots.current != before
         assert not (now & ~(done | switched)).any()  # nobody switched without a reset
         switched |= done & changed
     assert switched.any()
@@ -72,8 +72,8 @@ def test_env_switches_subtask_only_at_its_reset(env_with):
 def test_gait_reward_follows_the_schedule(env_with):
     env = env_with()
     gait = env.task.gait
-    trot = env.multitask.names.index("trot")
-    ids = (env.multitask.slots.current == trot).nonzero().squeeze(1)
+    trot = subtasks_of(env).names.index("trot")
+    ids = (subtasks_of(env).slots.current == trot).nonzero().squeeze(1)
     desired = gait.desired_contact()
     assert torch.equal(gait.contact_match(desired)[ids], torch.ones(len(ids)))
     assert torch.equal(gait.contact_match(~desired)[ids], torch.zeros(len(ids)))
@@ -96,9 +96,9 @@ def test_driver_reallocates_and_logs(env_with):
         logs.append(driver.end_iteration(it, rollout_s=1.0))
     assert any(k.startswith("multitask/success/") for k in logs[0])
     assert "multitask/share/flat" in logs[1] and "multitask/share/flat" not in logs[0]
-    shares = [logs[1][f"multitask/share/{n}"] for n in env.multitask.names]
+    shares = [logs[1][f"multitask/share/{n}"] for n in subtasks_of(env).names]
     assert sum(shares) == pytest.approx(1.0)
-    target = env.multitask.slots.counts("target", len(shares))
+    target = subtasks_of(env).slots.counts("target", len(shares))
     assert int(target.sum()) == env.num_envs and (target >= 2).all()
 
 
@@ -116,12 +116,12 @@ def test_driver_leaves_partial_episodes_out(env_with):
 def test_driver_logs_which_check_failed(env_with):
     env = env_with()
     driver = SchedulerDriver(env, env.cfg.multitask)
-    trot = env.multitask.names.index("trot")
+    trot = subtasks_of(env).names.index("trot")
     # three trot episodes: all survived, two tracked, one kept the gait, none did both
     driver.record({"subtask": torch.full((3,), trot), "success": torch.zeros(3),
                    "checks": torch.tensor([[1.0, 1, 0], [1, 1, 0], [1, 0, 1]]),
                    "gait_match": torch.tensor([0.5, 0.6, 0.9]), "partial": torch.zeros(3)})
-    flat = env.multitask.names.index("flat")
+    flat = subtasks_of(env).names.index("flat")
     driver.record({"subtask": torch.tensor([flat]), "success": torch.ones(1),
                    "checks": torch.ones(1, 3), "gait_match": torch.zeros(1),
                    "partial": torch.zeros(1)})
@@ -147,7 +147,7 @@ def test_bad_subtask_is_a_clear_error(env_with, override, match):
 def test_subtask_observation_needs_subtasks():
     cfg = load_config("env", ["num_envs=4", "+task.observations.policy.subtask=1.0"])
     with pytest.raises(ValueError, match="needs subtasks"):
-        LocomotionEnv(cfg)
+        make_env(cfg)
 
 
 def test_multitask_training_logs_allocation_and_resumes_exactly(tmp_path):
@@ -159,7 +159,8 @@ def test_multitask_training_logs_allocation_and_resumes_exactly(tmp_path):
 
     def runner(name):
         cfg = load_config("train", small)
-        return Runner(LocomotionEnv(cfg), cfg, log_dir=tmp_path / name)
+        env = make_env(cfg)
+        return Runner(env, cfg, log_dir=tmp_path / name, hooks=training_hooks(env, cfg))
 
     straight = runner("a")
     straight.learn(4)
@@ -170,8 +171,9 @@ def test_multitask_training_logs_allocation_and_resumes_exactly(tmp_path):
     resumed.learn(2)
     params = [torch.cat([p.flatten() for p in r.policy.parameters()]) for r in (straight, resumed)]
     assert torch.equal(*params)
-    assert torch.equal(straight.scheduler.scheduler.allocation,
-                       resumed.scheduler.scheduler.allocation)
-    assert torch.equal(straight.env.multitask.slots.target, resumed.env.multitask.slots.target)
+    assert torch.equal(straight.hooks["scheduler"].scheduler.allocation,
+                       resumed.hooks["scheduler"].scheduler.allocation)
+    assert torch.equal(subtasks_of(straight.env).slots.target,
+                       subtasks_of(resumed.env).slots.target)
     rows = (tmp_path / "a" / "progress.jsonl").read_text().splitlines()
     assert "multitask/share/trot" in rows[1] and "multitask/share/trot" not in rows[0]

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from locomotion.config import CONFIG_DIR
+from locomotion.robots import ROBOTS_DIR
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.robot_spec import RobotSpecError, load_robot_spec
-from robots import ROBOTS_DIR
 
 GO1_JOINTS = [f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL")
               for part in ("hip", "thigh", "calf")]

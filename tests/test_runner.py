@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from locomotion.config import load_config
-from locomotion.envs import LocomotionEnv
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from locomotion.rl.runner import Runner
+from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=16", "algo.num_steps=8", "task.episode_length_s=0.5",
@@ -24,7 +24,7 @@ SMALL = ["num_envs=16", "algo.num_steps=8", "task.episode_length_s=0.5",
 
 def make_runner(tmp: Path, overrides: list[str] = ()) -> Runner:
     cfg = load_config("train", SMALL + list(overrides))
-    return Runner(LocomotionEnv(cfg), cfg, log_dir=tmp)
+    return Runner(make_env(cfg), cfg, log_dir=tmp)
 
 
 def params(runner: Runner) -> torch.Tensor:

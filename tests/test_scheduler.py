@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from locomotion.multitask import Scheduler, SchedulerConfig, SubtaskSlots, split_across_ranks
+from locomotion.multitask import Scheduler, SchedulerConfig, split_across_ranks
 from locomotion.multitask.scheduler import split_slots
+from locomotion.tasks.slots import SubtaskSlots
 
 NAMES = ["flat", "rough", "stairs", "push"]
 

@@ -9,11 +9,11 @@ import torch
 from omegaconf import OmegaConf
 
 from locomotion.config import load_config
-from locomotion.envs.terrain import TERRAIN_TYPES, TerrainGrid
 from locomotion.envs.terrain_curriculum import TerrainCurriculum
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.robot_spec import load_robot_spec
-from tasks.velocity import World
+from locomotion.sim.terrain import TERRAIN_TYPES, TerrainGrid
+from locomotion.tasks.world import World
 
 TILE, RES, BORDER, PLATFORM = 4.0, 0.1, 1.0, 2.0
 N = round(TILE / RES)  # vertices per tile side

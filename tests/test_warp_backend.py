@@ -24,11 +24,11 @@ import pytest
 import torch
 
 from locomotion.config import load_config
-from locomotion.envs import LocomotionEnv
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
 from locomotion.sim.warp_backend import SimOverflowError, WarpBackend
+from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 3
@@ -108,8 +108,8 @@ def test_trajectories_match_native(go1, warp_sim):
 def test_env_matches_native():
     """The env on ``sim=warp device=cpu`` gives native's observations, rewards and resets."""
     base = ["num_envs=4", "reset=sync", "task.episode_length_s=1.0"]
-    warp_env = LocomotionEnv(load_config("env", [*base, "sim=warp"]))
-    native_env = LocomotionEnv(load_config("env", [*base, "sim.nthread=1"]))
+    warp_env = make_env(load_config("env", [*base, "sim=warp"]))
+    native_env = make_env(load_config("env", [*base, "sim.nthread=1"]))
     w_obs, n_obs = warp_env.reset(), native_env.reset()
     for k in n_obs:
         torch.testing.assert_close(w_obs[k], n_obs[k], rtol=0, atol=1e-6)
@@ -277,7 +277,7 @@ def test_cuda_training_iteration(tmp_path):
 
     cfg = load_config("train", ["sim=warp", "device=cuda", "num_envs=256", "algo.num_steps=8",
                                 "reset=sync", "logging.tensorboard=false"])
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     runner = Runner(env, cfg)
     runner.start()
     stats = runner.train_iteration()

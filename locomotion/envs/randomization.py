@@ -30,9 +30,9 @@ import mujoco
 import numpy as np
 import torch
 
-from locomotion.envs.rotations import quat_mul
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
+from locomotion.sim.rotations import quat_mul
 
 log = logging.getLogger(__name__)
 
@@ -617,6 +617,16 @@ class Randomizer:
         full = {k: torch.as_tensor(v, dtype=torch.float64).reshape(len(ids), sizes[k])
                 for k, v in values.items()}
         e.apply(ids, full)
+
+    def enable(self, name: str, env_ids: torch.Tensor, on: torch.Tensor | bool) -> None:
+        """Let interval event ``name`` fire on ``env_ids`` (``on`` per env) or not; an event
+        that is not configured as an interval event is left alone."""
+        if name in self.enabled:
+            self.enabled[name][env_ids] = on
+
+    def set_noise_scale(self, env_ids: torch.Tensor, scale: torch.Tensor | float) -> None:
+        """Scale the observation noise of ``env_ids`` (1: the preset's amplitudes, 0: none)."""
+        self.noise_scale[torch.as_tensor(env_ids, device=self.device)] = scale
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from locomotion.envs.terrain import TerrainGrid
+from locomotion.sim.terrain import TerrainGrid
 
 
 class TerrainCurriculum:
@@ -41,6 +41,12 @@ class TerrainCurriculum:
     def origins(self, env_ids: torch.Tensor) -> torch.Tensor:
         """Spawn points [n, 3] of ``env_ids``: the origins of their current tiles."""
         return self.terrain.origins[self.levels[env_ids], self.columns[env_ids]]
+
+    def place(self, env_ids: torch.Tensor, columns: torch.Tensor, levels: torch.Tensor) -> None:
+        """Put ``env_ids`` on the tiles (``levels``, ``columns``); they spawn there at reset."""
+        env_ids = env_ids.to(self.device)
+        self.columns[env_ids] = columns.to(self.device)
+        self.levels[env_ids] = levels.to(self.device)
 
     def update(self, env_ids: torch.Tensor, distance: torch.Tensor, command_speed: torch.Tensor,
                episode_s: float) -> None:

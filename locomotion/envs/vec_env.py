@@ -8,62 +8,81 @@ every episode that ended this step, taken before the autoreset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import torch
 from omegaconf import DictConfig
 
-# ``import tasks``, not ``from tasks import ...``: tasks.velocity imports locomotion.envs, so
-# a name import fails when ``tasks`` is imported first (partially initialized module).
-import tasks
 from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
-from locomotion.envs.terrain import make_terrain
 from locomotion.envs.terrain_curriculum import TerrainCurriculum
-from locomotion.multitask.subtasks import SubtaskSet
+from locomotion.sim.backend import SimBackend, make_backend, resolve_device
 from locomotion.sim.model_builder import SolverProfile, build_model
-from locomotion.sim.native import NativeBackend
-from locomotion.sim.robot_spec import load_robot_spec
+from locomotion.sim.robot_spec import RobotSpec, load_robot_spec
+from locomotion.sim.terrain import TerrainGrid, make_terrain
 
-BACKENDS = ("native", "warp")
 Obs = dict[str, torch.Tensor]
 
 
-def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | str = "cpu"):
-    """The physics backend named by ``cfg.backend``, holding its state on ``device``."""
-    if cfg.backend == "native":
-        if torch.device(device).type != "cpu":
-            raise ValueError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
-        return NativeBackend(model, num_envs, nthread=cfg.get("nthread"))
-    if cfg.backend == "warp":
-        from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
+class Task(Protocol):
+    """What the env asks of a task (``locomotion.tasks`` implements it): commands, the
+    world read from the backend, observation groups, rewards and terminations."""
 
-        return WarpBackend(model, num_envs, device, nconmax=cfg.get("nconmax"),
-                           njmax=cfg.get("njmax"), graph=cfg.get("graph", True),
-                           overflow_check_every=cfg.get("overflow_check_every", 50))
-    raise ValueError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
+    commands: torch.Tensor  # [N, 3] (vx, vy, yaw rate)
+    reward_weights: dict[str, float]
+    obs_scales: dict[str, dict[str, torch.Tensor]]
+
+    def world(self, sim: SimBackend, env_ids: torch.Tensor | None = None): ...
+    def initial_state(self, env_ids: torch.Tensor, nq: int,
+                      nv: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def reset(self, env_ids: torch.Tensor) -> None: ...
+    def advance_commands(self, world) -> None: ...
+    def set_commands(self, commands: torch.Tensor,
+                     env_ids: torch.Tensor | None = None) -> None: ...
+    def observations(self, world, actions: torch.Tensor,
+                     env_ids: torch.Tensor | None = None) -> Obs: ...
+    def observation_layout(self, world, actions: torch.Tensor) -> dict[str, dict[str, slice]]: ...
+    def rewards(self, world, actions: torch.Tensor,
+                last_actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+    def tracking_errors(self, world) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def terminations(self, world) -> torch.Tensor: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device ``name`` names, with the current CUDA device filled in for "cuda"."""
-    device = torch.device(name)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
+TaskFactory = Callable[..., Task]
+"""Builds a task: ``factory(task_cfg, spec, layout, num_envs, control_dt, generator, device=,
+terrain=)``."""
+
+
+class EpisodeHook(Protocol):
+    """Code that rides along with the env's episodes (e.g. the subtasks of a multitask run):
+    set up envs before they respawn, watch every step, annotate finished episodes."""
+
+    def before_reset(self, env_ids: torch.Tensor) -> None: ...
+    def after_step(self, world) -> None: ...
+    def on_episodes_end(self, env_ids: torch.Tensor, episode: dict) -> None: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class LocomotionEnv:
     """N envs of one robot and task, stepped together on one backend."""
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, task_factory: TaskFactory,
+                 hooks: Callable[[LocomotionEnv], Mapping[str, EpisodeHook]] | None = None):
+        """The env of ``cfg`` running the task ``task_factory`` builds; ``hooks(env)`` names
+        the episode hooks to attach (``locomotion.tasks.make_env`` chooses both from cfg)."""
         if cfg.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
         self.cfg = cfg
         self.num_envs = int(cfg.num_envs)
-        self.spec = load_robot_spec(cfg.robot.spec)
+        self.spec: RobotSpec = load_robot_spec(cfg.robot.spec)
         self.solver = SolverProfile(**cfg.solver)
         # Terrain grid (None: the ground plane); its heights live on the env's device.
-        self.terrain = make_terrain(cfg.get("terrain"), resolve_device(cfg.get("device", "cpu")))
+        self.terrain: TerrainGrid | None = make_terrain(
+            cfg.get("terrain"), resolve_device(cfg.get("device", "cpu")))
         self.model, self.layout = build_model(self.spec, self.solver, self.terrain)
         self.control_dt = float(cfg.task.control_dt)
         self.decimation = round(self.control_dt / self.solver.timestep)
@@ -73,17 +92,13 @@ class LocomotionEnv:
         self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
         self.gen = torch.Generator().manual_seed(int(cfg.seed))  # CPU: same draws on any device
         self.device = device = resolve_device(cfg.get("device", "cpu"))
-        self.task = tasks.task_class(cfg.task.name)(cfg.task, self.spec, self.layout,
-                                                    self.num_envs, self.control_dt, self.gen,
-                                                    device=device, terrain=self.terrain)
+        self.task = task_factory(cfg.task, self.spec, self.layout, self.num_envs,
+                                 self.control_dt, self.gen, device=device, terrain=self.terrain)
         # Terrain: each env's tile (level, column), moved at its resets by the curriculum.
         self.curriculum = None if self.terrain is None else TerrainCurriculum(
             self.terrain, cfg.terrain.curriculum, self.num_envs, self.gen, device)
-        # Subtasks (configs/multitask): each env slot runs one, adopted at its resets.
-        multitask = cfg.get("multitask")
-        self.multitask = SubtaskSet(multitask, self) \
-            if multitask is not None and multitask.get("subtasks") else None
-        self.task.subtask_onehot = self.multitask.onehot if self.multitask else None
+        # Episode hooks (e.g. the subtasks of configs/multitask), called in this order.
+        self.hooks: dict[str, EpisodeHook] = dict(hooks(self)) if hooks else {}
         self.schedule = ResetSchedule(cfg.reset.schedule, self.num_envs, self.max_episode_length,
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
@@ -172,8 +187,8 @@ class LocomotionEnv:
         reward = torch.where(diverged, 0.0, reward)
         lin_err, yaw_err = self.task.tracking_errors(world)
         self._accumulate(reward, terms, lin_err, yaw_err)
-        if self.multitask is not None:
-            self.multitask.step(world.foot_contact)
+        for hook in self.hooks.values():
+            hook.after_step(world)
         self.actions.copy_(actions)
         obs = self.randomizer.observe(self.task.observations(world, actions))
 
@@ -190,12 +205,8 @@ class LocomotionEnv:
                                        self.task.commands[done_ids[whole], :2].norm(dim=1),
                                        self.max_episode_length * self.control_dt)
                 ep["terrain_level"] = self.curriculum.levels[done_ids].float()
-            if self.multitask is not None:
-                ep = info["episode"]
-                sub, checks, match = self.multitask.judge(done_ids, ep["timeout"],
-                                                          ep["lin_vel_error"], ep["length"])
-                ep["subtask"], ep["checks"], ep["gait_match"] = sub, checks, match
-                ep["success"] = checks.min(dim=1).values
+            for hook in self.hooks.values():
+                hook.on_episodes_end(done_ids, info["episode"])
             n_div = int(diverged.sum())
             self.diverged_count += n_div
             info["diverged"] = n_div
@@ -203,6 +214,17 @@ class LocomotionEnv:
         for k, v in obs.items():
             self.obs[k].copy_(v)
         return obs, reward, terminated, truncated, info
+
+    def set_commands(self, commands: torch.Tensor) -> Obs:
+        """Replace every env's command [N, 3] (e.g. an evaluator's fixed commands) and return
+        (a copy of) the observations, which now show it."""
+        self.task.set_commands(commands)
+        ids = torch.arange(self.num_envs, device=self.device)
+        fresh = self.randomizer.observe(
+            self.task.observations(self.task.world(self.sim, ids), self.actions, ids), ids)
+        for k, v in fresh.items():
+            self.obs[k].copy_(v)
+        return {k: v.clone() for k, v in fresh.items()}
 
     def close(self) -> None:
         self.sim.close()
@@ -224,7 +246,7 @@ class LocomotionEnv:
             "randomizer": self.randomizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "terrain": None if self.curriculum is None else self.curriculum.state_dict(),
-            "multitask": None if self.multitask is None else self.multitask.state_dict(),
+            "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
             "generator": self.gen.get_state(),
             "diverged_count": self.diverged_count,
         }
@@ -251,8 +273,13 @@ class LocomotionEnv:
         self.schedule.load_state_dict(state["schedule"])
         if self.curriculum is not None:
             self.curriculum.load_state_dict(state.get("terrain"))
-        if self.multitask is not None:
-            self.multitask.load_state_dict(state["multitask"])
+        # states saved before hooks were named held the subtasks under "multitask"
+        saved = state.get("hooks", {"subtasks": state.get("multitask")})
+        for name, hook in self.hooks.items():
+            if saved.get(name) is None:
+                raise ValueError(f"the env state has no {name!r} state: it was saved by an env "
+                                 "that ran without it")
+            hook.load_state_dict(saved[name])
         self.gen.set_state(state["generator"])
         self.diverged_count = state["diverged_count"]
 
@@ -269,8 +296,8 @@ class LocomotionEnv:
 
     def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
         """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
-        if self.multitask is not None:  # switch subtask (terrain tile, commands, gait) first
-            self.multitask.adopt(env_ids)
+        for hook in self.hooks.values():  # e.g. switch subtask (terrain tile, commands, gait)
+            hook.before_reset(env_ids)
         qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
         if self.curriculum is not None:  # terrain: spawn on the env's tile origin
             qpos[:, 0:3] += self.curriculum.origins(env_ids).to(qpos.dtype)

@@ -24,8 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import CONFIG_DIR
 from locomotion.export import sidecar as sc
-from locomotion.rl.checkpoint import CheckpointError, load_checkpoint
-from locomotion.rl.runner import policy_from_checkpoint
+from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, policy_from_checkpoint
 from locomotion.sim.robot_spec import RobotSpecError, load_robot_spec
 
 EXPECTED = ("a training checkpoint (.pt, full or policy-only), an exported TorchScript "

@@ -20,11 +20,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import config_group, replay_config
-from locomotion.envs.rotations import projected_gravity, quat_rotate_inverse
-from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.evaluation.metrics import Episodes
 from locomotion.evaluation.policies import Policy
 from locomotion.evaluation.suite import Batch, Condition, Suite, SuiteError
+from locomotion.sim.rotations import projected_gravity, quat_rotate_inverse
+from locomotion.tasks import make_env
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class BatchRunner:
         self.batch, self.suite, self.seed = batch, suite, seed
         self.progress = progress or log.info
         env_cfg = batch_config(policy, batch, suite, self.shape.num_envs, seed, sim, device)
-        self.env = env = LocomotionEnv(env_cfg)
+        self.env = env = make_env(env_cfg)
         if env.observation_sizes["policy"] != policy.observation_size:
             env.close()
             raise SuiteError(
@@ -152,7 +152,7 @@ class BatchRunner:
         self.push_speed = torch.zeros(n, device=dev)
         self.forward = torch.full((n,), math.nan, device=dev)  # nan: sampled command
         self.payload = torch.zeros(n, dtype=torch.float64)
-        r.noise_scale.zero_()
+        r.set_noise_scale(torch.arange(n), 0.0)
         for i, cond in enumerate(self.batch.conditions):
             ids = self._slots(i)
             k = len(ids)
@@ -167,7 +167,7 @@ class BatchRunner:
                 elif axis == "latency":
                     r.set("latency", ids, steps=torch.full((k,), latency_steps(v, self.dt)))
                 elif axis == "noise":
-                    r.noise_scale[ids.to(dev)] = v
+                    r.set_noise_scale(ids, v)
                 elif axis == "push":
                     self.push_speed[ids.to(dev)] = v
                 elif axis == "command":
@@ -191,10 +191,8 @@ class BatchRunner:
         kinds = self.suite.terrain_types
         columns = torch.tensor([c for c, kind in enumerate(cur.terrain.column_types)
                                 if kinds is None or kind in kinds], device=cur.levels.device)
-        dev_ids = ids.to(cur.levels.device)
-        cur.levels[dev_ids] = level
-        cur.columns[dev_ids] = columns[torch.arange(len(ids), device=cur.levels.device)
-                                       % len(columns)]
+        spread = columns[torch.arange(len(ids), device=columns.device) % len(columns)]
+        cur.place(ids, spread, torch.full((len(ids),), level))
 
     # ------------------------------------------------------------------ rounds
     def run(self) -> dict[Condition, Episodes]:
@@ -234,8 +232,7 @@ class BatchRunner:
         env, n, dev, dt = self.env, self.shape.num_envs, self.env.device, self.dt
         cmd, direction = self._commands(gen)
         env.reset()
-        env.task.commands.copy_(cmd)
-        obs = self._observe_all()
+        obs = env.set_commands(cmd)
         push_velocity = (self.push_speed[:, None] * direction)[self.push_ids.to(dev)]
         err_max, tilt_max, hold = self.recovery
 
@@ -292,16 +289,6 @@ class BatchRunner:
         error = (self.env.task.commands[:, :2] - velocity[:, :2]).norm(dim=1)
         tilt = torch.acos((-projected_gravity(quat)[:, 2]).clamp(-1.0, 1.0))
         return error, tilt
-
-    def _observe_all(self) -> dict[str, torch.Tensor]:
-        """Observations of the reset state again, now that commands were overwritten."""
-        env = self.env
-        ids = torch.arange(self.shape.num_envs, device=env.device)
-        world = env.task.world(env.sim, ids)
-        obs = env.randomizer.observe(env.task.observations(world, env.actions, ids), ids)
-        for k, v in obs.items():
-            env.obs[k].copy_(v)
-        return {k: v.clone() for k, v in obs.items()}
 
     def close(self) -> None:
         self.env.close()

@@ -30,9 +30,14 @@ from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.export import sidecar as sc
 from locomotion.export.verification import max_abs_errors, record_observations
 from locomotion.rl.actor_critic import PolicyModule
-from locomotion.rl.checkpoint import inference_payload, load_checkpoint, save_checkpoint
-from locomotion.rl.runner import policy_from_checkpoint
+from locomotion.rl.checkpoint import (
+    inference_payload,
+    load_checkpoint,
+    policy_from_checkpoint,
+    save_checkpoint,
+)
 from locomotion.sim.model_builder import build_spec
+from locomotion.tasks import make_env
 
 #: Model fields robot.xml must reproduce (compared with a relative tolerance: MJCF text
 #: stores fewer digits than the compiled doubles).
@@ -88,7 +93,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike 
     data = load_checkpoint(path)
     out = Path(out_dir) if out_dir is not None else default_export_dir(path)
     cfg = replay_config(data["config"], int(check.num_envs), int(check.seed))
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     try:
         _check_matches(data, env, path)
         policy = policy_from_checkpoint(data).inference_policy()

@@ -1,6 +1,7 @@
-"""Multitask training: subtasks, their env slots, and the scheduler that sizes them."""
+"""Multitask training: the scheduler that sizes the subtasks and the hook that drives it."""
 
+from locomotion.multitask.driver import SchedulerDriver, training_hooks
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
-from locomotion.multitask.slots import SubtaskSlots
 
-__all__ = ["Scheduler", "SchedulerConfig", "SubtaskSlots", "split_across_ranks"]
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerDriver", "split_across_ranks",
+           "training_hooks"]

@@ -17,7 +17,8 @@ from collections import deque
 import torch
 
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
-from locomotion.multitask.subtasks import CHECKS
+from locomotion.tasks import subtasks_of
+from locomotion.tasks.subtasks import CHECKS
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +26,25 @@ _COST_WINDOW = 20  # iterations of (slot mix, rollout time) kept for the cost es
 _COST_RIDGE = 1.0  # pull toward equal costs unless the ranks' mixes clearly tell them apart
 
 
+def training_hooks(env, cfg, dist=None) -> dict[str, SchedulerDriver]:
+    """The runner's hooks for ``env``: the scheduler when it runs subtasks (task=multitask)."""
+    return {"scheduler": SchedulerDriver(env, cfg.multitask, dist)} if subtasks_of(env) else {}
+
+
 class SchedulerDriver:
-    """Feeds episode outcomes to a ``Scheduler`` and applies its allocations to the env."""
+    """Feeds episode outcomes to a ``Scheduler`` and applies its allocations to the env
+    (a training hook of the runner)."""
+
+    episode_keys = ("subtask", "checks", "gait_match")  # per subtask, not batch statistics
 
     def __init__(self, env, cfg, dist=None):
         """``dist``: this rank's ``Distributed`` under torchrun, None for one process."""
         self.env = env
         self.dist = dist
-        self.subtasks = env.multitask
+        self.subtasks = subtasks_of(env)
+        if self.subtasks is None:
+            raise ValueError("the multitask scheduler needs an env with subtasks "
+                             "(multitask.subtasks)")
         self.cfg = SchedulerConfig.from_config(cfg)
         self.rank = dist.rank if dist else 0
         self.world = dist.world_size if dist else 1

@@ -3,7 +3,7 @@
 import copy
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -156,3 +156,15 @@ class ActorCritic(nn.Module):
         """Return a detached eval-mode copy of normalizer + actor for deployment export."""
         module = PolicyModule(copy.deepcopy(self.obs_normalizer), copy.deepcopy(self.actor))
         return module.eval().requires_grad_(False)
+
+
+def build_policy(cfg: Mapping, sizes: dict[str, int], num_actions: int) -> ActorCritic:
+    """The actor-critic described by ``algo.policy`` for these observation sizes."""
+    return ActorCritic(
+        sizes["policy"], num_actions, sizes["critic"],
+        actor_hidden_dims=list(cfg["actor_hidden_dims"]),
+        critic_hidden_dims=list(cfg["critic_hidden_dims"]),
+        activation=cfg["activation"],
+        init_noise_std=float(cfg["init_noise_std"]),
+        normalize_obs=bool(cfg["normalize_obs"]),
+    )

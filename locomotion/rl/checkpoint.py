@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from locomotion.rl.actor_critic import ActorCritic, build_policy
+
 FORMAT = "locomotion-checkpoint"
 VERSION = 1
 
@@ -70,3 +72,11 @@ def inference_payload(data: dict[str, Any]) -> dict[str, Any]:
 
 
 _RUN_PATHS = ("resume", "run_dir")
+
+
+def policy_from_checkpoint(data: dict) -> ActorCritic:
+    """The trained actor-critic stored in a loaded checkpoint, in eval mode."""
+    policy = build_policy(data["config"]["algo"]["policy"], data["observation_sizes"],
+                          data["num_actions"])
+    policy.load_state_dict(data["ppo"]["policy"])
+    return policy.eval()

@@ -19,40 +19,40 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs.vec_env import LocomotionEnv
-from locomotion.multitask.driver import SchedulerDriver
-from locomotion.rl.actor_critic import ActorCritic
+from locomotion.rl.actor_critic import build_policy
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from locomotion.rl.distributed import Distributed, to_cpu
 from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
+from locomotion.tasks import make_env
 
 
-def build_policy(cfg: DictConfig | dict, sizes: dict[str, int], num_actions: int) -> ActorCritic:
-    """The actor-critic described by ``algo.policy`` for these observation sizes."""
-    return ActorCritic(
-        sizes["policy"], num_actions, sizes["critic"],
-        actor_hidden_dims=list(cfg["actor_hidden_dims"]),
-        critic_hidden_dims=list(cfg["critic_hidden_dims"]),
-        activation=cfg["activation"],
-        init_noise_std=float(cfg["init_noise_std"]),
-        normalize_obs=bool(cfg["normalize_obs"]),
-    )
+class TrainingHook(Protocol):
+    """Code that rides along with training, e.g. the multitask scheduler: it sees every
+    step's finished episodes, returns scalars to log after each iteration and is saved in
+    checkpoints under its name."""
+
+    episode_keys: tuple[str, ...]  # keys of info["episode"] it alone reads (not averaged)
+
+    def record(self, episode: dict) -> None: ...
+    def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
 
 
-def policy_from_checkpoint(data: dict) -> ActorCritic:
-    """The trained actor-critic stored in a loaded checkpoint, in eval mode."""
-    policy = build_policy(data["config"]["algo"]["policy"], data["observation_sizes"],
-                          data["num_actions"])
-    policy.load_state_dict(data["ppo"]["policy"])
-    return policy.eval()
+HookFactory = Callable[[LocomotionEnv, DictConfig, "Distributed | None"],
+                       Mapping[str, TrainingHook]]
+"""Builds the training hooks of a run from its env, config and rank
+(``locomotion.multitask.training_hooks`` is one)."""
 
 
 class Runner:
@@ -60,10 +60,12 @@ class Runner:
 
     With ``dist`` (one rank of a torchrun group) the env is this rank's, ``cfg`` this rank's
     config (``Distributed.rank_config``) and ``log_dir`` the run directory all ranks share.
+    ``hooks`` ride along with training (see ``TrainingHook``).
     """
 
     def __init__(self, env: LocomotionEnv, cfg: DictConfig, log_dir: str | Path | None = None,
-                 dist: Distributed | None = None):
+                 dist: Distributed | None = None,
+                 hooks: Mapping[str, TrainingHook] | None = None):
         self.env = env
         self.cfg = cfg
         self.dist = dist
@@ -90,8 +92,7 @@ class Runner:
         self.log_dir = Path(log_dir) if log_dir else None
         self.log = (TrainingLog(self.log_dir, cfg.logging)
                     if self.log_dir and self.is_main else None)
-        # subtasks (task=multitask): the scheduler re-sizes them from their progress
-        self.scheduler = SchedulerDriver(env, cfg.multitask, dist) if env.multitask else None
+        self.hooks: dict[str, TrainingHook] = dict(hooks or {})
         self._started = False
 
     # ------------------------------------------------------------------ checkpoints
@@ -113,7 +114,7 @@ class Runner:
             "observation_sizes": self.env.observation_sizes,
             "num_actions": self.env.num_actions,
             "ppo": self.ppo.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
             "env": shard["env"],
             "rng": shard["rng"],
         }
@@ -190,14 +191,19 @@ class Runner:
                 f"checkpoint {path} was written by {len(ranks)} process(es); this run has "
                 f"{self.dist.world_size}: resume with the same number of processes "
                 "(--nnodes x --nproc_per_node), each rank continues its own envs")
-        common = {k: data.get(k) for k in ("ppo", "scheduler", "iteration", "env_steps",
+        common = {k: data.get(k) for k in ("ppo", "hooks", "scheduler", "iteration", "env_steps",
                                            "train_wall_s")}
         return [{**common, **shard} for shard in ranks]
 
     def _restore(self, data: dict, env_state: dict, rng: dict) -> None:
         self.ppo.load_state_dict(data["ppo"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(data["scheduler"])
+        # checkpoints written before hooks were named held the scheduler's state alone
+        saved = data.get("hooks") or {"scheduler": data.get("scheduler")}
+        for name, hook in self.hooks.items():
+            if saved.get(name) is None:
+                raise CheckpointError(f"the checkpoint holds no {name!r} state: it comes from "
+                                      f"a run without one")
+            hook.load_state_dict(saved[name])
         self.env.load_state_dict(env_state)
         torch.set_rng_state(rng["torch"])
         self.ppo.generator.set_state(rng["ppo"])
@@ -271,8 +277,8 @@ class Runner:
             episodes, histogram, uniformity = (group["episodes"], group["histogram"],
                                                group["uniformity"])
             steps, diverged = group["steps"], group["diverged"]
-        multitask = self.scheduler.end_iteration(self.iteration, timing["sim"]) \
-            if self.scheduler else {}
+        hooked = {k: v for hook in self.hooks.values()
+                  for k, v in hook.end_iteration(self.iteration, timing["sim"]).items()}
         wall = time.perf_counter() - start
         self.train_wall_s += wall
         self.iteration += 1
@@ -288,7 +294,7 @@ class Runner:
             "phase_histogram": histogram,
             "phase_uniformity": uniformity,
             "diverged": diverged,
-            "multitask": multitask,
+            "hooks": hooked,
             **comm,
         }
         if self.log is not None:
@@ -300,6 +306,7 @@ class Runner:
         sim_s = 0.0
         start = time.perf_counter()
         finished: dict[str, list[torch.Tensor]] = defaultdict(list)
+        private = {k for hook in self.hooks.values() for k in hook.episode_keys}
         with torch.inference_mode():
             obs = {k: v.clone() for k, v in env.obs.items()}
             for _ in range(self.num_steps):
@@ -311,10 +318,10 @@ class Runner:
                     if truncated.any():
                         final_values = policy.value(info["final_obs"]["critic"])
                         reward = bootstrap_truncated(reward, truncated, final_values, gamma)
-                    for k, v in whole_episodes(info["episode"]).items():
+                    for k, v in whole_episodes(info["episode"], private).items():
                         finished[k].append(v)
-                    if self.scheduler is not None:
-                        self.scheduler.record(info["episode"])
+                    for hook in self.hooks.values():
+                        hook.record(info["episode"])
                 self.storage.add(obs=obs["policy"], critic_obs=obs["critic"],
                                  actions=act.actions, rewards=reward,
                                  dones=terminated | truncated, values=act.values,
@@ -357,19 +364,20 @@ class Runner:
 
 
 def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None = None,
-                 resume_latest: bool = False) -> Runner:
-    """What ``scripts/train.py`` does: build env and runner, resume, train to max_iterations.
+                 resume_latest: bool = False, hooks: HookFactory | None = None) -> Runner:
+    """What ``locomotion-train`` does: build env and runner, resume, train to max_iterations.
 
     The run continues from ``run_dir/checkpoints/latest.pt`` when ``resume_latest`` is set
     and that file exists (a restarted run), else from ``cfg.resume`` if given. Distributed:
     every rank calls this with the run config and the same ``run_dir``; rank 0 decides
-    what to resume from and prints.
+    what to resume from and prints. ``hooks(env, cfg, dist)`` names the training hooks.
     """
     if dist is not None:
         cfg = dist.rank_config(cfg)
-    env = LocomotionEnv(cfg)
+    env = make_env(cfg)
     try:
-        runner = Runner(env, cfg, log_dir=run_dir, dist=dist)
+        runner = Runner(env, cfg, log_dir=run_dir, dist=dist,
+                        hooks=hooks(env, cfg, dist) if hooks else None)
         resume = cfg.resume
         if resume_latest and runner.checkpoint_path.is_file():
             resume = str(runner.checkpoint_path)
@@ -385,16 +393,16 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
     return runner
 
 
-def whole_episodes(episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def whole_episodes(episode: dict[str, torch.Tensor],
+                   private: Collection[str] = ()) -> dict[str, torch.Tensor]:
     """The statistics worth averaging of finished episodes: those begun in training.
 
     An episode that a staggered or random start entered part-way (``partial``) says little
-    of the policy (its return covers a few steps); ``subtask`` and ``checks`` are what the
-    scheduler counts per subtask, not statistics of the whole batch.
+    of the policy (its return covers a few steps); ``private`` keys are what a hook counts
+    on its own (e.g. the scheduler per subtask), not statistics of the whole batch.
     """
     keep = episode["partial"] == 0 if "partial" in episode else slice(None)
-    return {k: v[keep] for k, v in episode.items()
-            if k not in ("partial", "subtask", "checks", "gait_match")}
+    return {k: v[keep] for k, v in episode.items() if k != "partial" and k not in private}
 
 
 def summary_line(stats: dict, short: bool = False) -> str:

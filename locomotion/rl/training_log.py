@@ -52,7 +52,7 @@ class TrainingLog:
             **{f"Perf/time_{k}": v for k, v in t.items()},
             **{f"Loss/{k}": v for k, v in stats["losses"].items()},
             **{f"Episode/{k}": v for k, v in stats["episodes"].items()},
-            **stats.get("multitask", {}),
+            **stats.get("hooks", {}),
         }
         if "comm_s" in stats:  # distributed: learner collectives (part of time_learn)
             scalars["Perf/time_comm"] = stats["comm_s"]

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+from omegaconf import DictConfig
+
+from locomotion.sim.native import NativeBackend
+
+BACKENDS = ("native", "warp")
 
 
 class SimBackend(Protocol):
@@ -49,3 +54,27 @@ class SimBackend(Protocol):
                     wrench: torch.Tensor) -> None: ...
 
     def close(self) -> None: ...
+
+
+def make_backend(cfg: DictConfig, model, num_envs: int,
+                 device: torch.device | str = "cpu") -> SimBackend:
+    """The physics backend named by ``cfg.backend``, holding its state on ``device``."""
+    if cfg.backend == "native":
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
+        return NativeBackend(model, num_envs, nthread=cfg.get("nthread"))
+    if cfg.backend == "warp":
+        from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
+
+        return WarpBackend(model, num_envs, device, nconmax=cfg.get("nconmax"),
+                           njmax=cfg.get("njmax"), graph=cfg.get("graph", True),
+                           overflow_check_every=cfg.get("overflow_check_every", 50))
+    raise ValueError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device ``name`` names, with the current CUDA device filled in for "cuda"."""
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -17,7 +17,7 @@ import numpy as np
 from locomotion.sim.robot_spec import RobotSpec, RobotSpecError
 
 if TYPE_CHECKING:
-    from locomotion.envs.terrain import TerrainGrid
+    from locomotion.sim.terrain import TerrainGrid
 
 CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
 INTEGRATORS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from robots import ROBOTS_DIR
+from locomotion.robots import ROBOTS_DIR
 
 ACTUATION_MODES = ("pd", "model")
 

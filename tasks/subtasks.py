@@ -2,9 +2,10 @@
 
 A subtask (``configs/multitask/*.yaml``) says where an env walks (terrain types and a
 level range of the terrain grid), what it is asked (command ranges, a gait) and what
-hits it (pushes or not), and when an episode of it counts as a success. ``SubtaskSet``
-applies an env slot's subtask when the slot resets, gives the policy a one-hot of it,
-and judges each finished episode; the scheduler sizes the subtasks from those verdicts.
+hits it (pushes or not), and when an episode of it counts as a success. ``SubtaskSet``,
+an episode hook of the env, applies an env slot's subtask when the slot resets, gives the
+policy a one-hot of it, and judges each finished episode; the scheduler
+(``locomotion.multitask``) sizes the subtasks from those verdicts.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from locomotion.multitask.slots import SubtaskSlots
-from tasks.gaits import FREE
+from locomotion.tasks.gaits import FREE
+from locomotion.tasks.slots import SubtaskSlots
 
 FLAT = "flat"
 CHECKS = ("survived", "tracked", "on_gait")  # what an episode must pass to be a success
@@ -70,6 +71,7 @@ class SubtaskSet:
     """The subtasks of one env batch, the slot each env runs, and per-episode success."""
 
     def __init__(self, cfg, env):
+        """``cfg``: the run's ``multitask`` config; ``env``: the batch it rides on."""
         task, self.env = env.task, env
         self.subtasks = parse_subtasks(cfg, dict(env.cfg.task.commands), env.terrain,
                                        task.gait)
@@ -94,18 +96,18 @@ class SubtaskSet:
             types = env.terrain.column_types
             self._columns = [torch.tensor([c for c, kind in enumerate(types) if kind in t.terrain],
                                           device=env.device) for t in self.subtasks]
+        task.observe_subtasks(self.onehot)
 
-    def adopt(self, env_ids: torch.Tensor) -> None:
+    def before_reset(self, env_ids: torch.Tensor) -> None:
         """Envs ``env_ids`` are resetting: switch them to their target subtask and set it up
         (command ranges, gait, pushes, terrain tile) before the task spawns them."""
         self.slots.adopt(env_ids)
         sub = self.slots.current[env_ids]
         env, cpu = self.env, sub.cpu()
-        env.task.command_range[env_ids.cpu()] = self._commands[cpu]
+        env.task.set_command_ranges(env_ids, self._commands[cpu])
         if env.task.gait is not None:
-            env.task.gait.assigned[env_ids.cpu()] = self._gait[cpu]
-        if "push" in env.randomizer.enabled:
-            env.randomizer.enabled["push"][env_ids] = self._push[sub]
+            env.task.gait.assign(env_ids, self._gait[cpu])
+        env.randomizer.enable("push", env_ids, self._push[sub])
         self.onehot[env_ids] = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
         self.gait_match[env_ids] = 0.0
         if env.terrain is not None:
@@ -118,26 +120,27 @@ class SubtaskSet:
             ids = env_ids[sub == k]
             cols = self._columns[k]
             pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen).to(cols.device)
-            cur.columns[ids] = cols[pick]
             low, high = self._levels[k].tolist()
-            cur.levels[ids] = cur.levels[ids].clamp(low, high)
+            cur.place(ids, cols[pick], cur.levels[ids].clamp(low, high))
 
-    def step(self, foot_contact: torch.Tensor) -> None:
+    def after_step(self, world) -> None:
         """Accumulate how well each env keeps its gait schedule this step."""
         gait = self.env.task.gait
         if gait is not None:
-            self.gait_match += gait.contact_match(foot_contact)
+            self.gait_match += gait.contact_match(world.foot_contact)
 
-    def judge(self, env_ids: torch.Tensor, survived: torch.Tensor, lin_err: torch.Tensor,
-              length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Subtask id [n], the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed) and the share
-        of foot contacts on schedule [n] (0 without a gait) of finished episodes; an episode
-        succeeds when it passes all three checks."""
+    def on_episodes_end(self, env_ids: torch.Tensor, episode: dict) -> None:
+        """Judge the finished episodes of ``env_ids``: adds to ``episode`` their ``subtask``
+        id [n], the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed), the share of foot
+        contacts on schedule ``gait_match`` [n] (0 without a gait) and ``success`` [n]
+        (all three checks passed)."""
         sub = self.slots.current[env_ids]
-        match = self.gait_match[env_ids] / length.clamp(min=1)
-        checks = torch.stack((survived > 0, lin_err <= self._max_err[sub],
-                              match >= self._min_match[sub]), dim=1)
-        return sub, checks.float(), match
+        match = self.gait_match[env_ids] / episode["length"].clamp(min=1)
+        checks = torch.stack((episode["timeout"] > 0,
+                              episode["lin_vel_error"] <= self._max_err[sub],
+                              match >= self._min_match[sub]), dim=1).float()
+        episode.update(subtask=sub, checks=checks, gait_match=match,
+                       success=checks.min(dim=1).values)
 
     def state_dict(self) -> dict:
         return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),

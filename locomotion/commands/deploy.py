@@ -1,0 +1,452 @@
+"""Run an exported policy in plain MuJoCo: the reference control loop to adapt for hardware.
+
+    locomotion-deploy runs/<run>/exported/policy.onnx
+    locomotion-deploy policy.onnx --solver fidelity --vx 0.5 --episodes 3
+    MUJOCO_GL=egl locomotion-deploy policy.onnx --video walk.mp4
+
+Needs only mujoco, numpy and onnxruntime (imageio for --video), never torch or the
+training code: the robot and task come from the ``policy.json`` sidecar and the model
+from ``robot.xml``, both written by ``locomotion-export`` next to ``policy.onnx``. This
+file imports nothing else of the package, so it can be copied to a robot on its own.
+
+The loop, once per control step (``control_dt``):
+    obs    = observation terms of the sidecar's layout, each times its scale, concatenated
+    action = clip(policy(obs), -action_clip, action_clip)
+    ctrl   = default_ctrl + action_scale * action     (PD position targets on ``pd`` robots)
+    then ``decimation`` physics steps holding ctrl.
+On a robot, replace the MuJoCo state reads in ``Observer`` by the state estimator and the
+physics steps by sending targets to the joint PD controllers (gains in the sidecar's ``pd``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import onnxruntime as ort
+
+SIDECAR_FORMAT = "locomotion-policy"
+SIDECAR_VERSION = 1
+
+
+class DeployError(ValueError):
+    """Files that do not belong together, or a setting the sidecar does not allow."""
+
+
+# ----------------------------------------------------------------------------- files
+def load_sidecar(path: Path) -> dict:
+    """Read ``policy.json`` and check it is a sidecar this player understands."""
+    if not path.is_file():
+        raise DeployError(f"sidecar {path} does not exist (pass --json)")
+    sidecar = json.loads(path.read_text())
+    if sidecar.get("format") != SIDECAR_FORMAT or sidecar.get("version") != SIDECAR_VERSION:
+        raise DeployError(f"{path} is not a {SIDECAR_FORMAT} v{SIDECAR_VERSION} sidecar "
+                          f"(format {sidecar.get('format')!r}, version {sidecar.get('version')})")
+    return sidecar
+
+
+def load_model(xml: Path, sidecar: dict, solver: str) -> mujoco.MjModel:
+    """Compile ``robot.xml`` under one of the sidecar's solver profiles and check it fits.
+
+    A profile sets the physics timestep, friction cone, impratio, solver iterations,
+    integrator and the feet's contact dimension; the control dt never changes.
+    """
+    profiles = sidecar["solver_profiles"]
+    if solver not in profiles:
+        raise DeployError(f"unknown solver profile {solver!r}; the sidecar has {sorted(profiles)}")
+    if not xml.is_file():
+        raise DeployError(f"robot model {xml} does not exist (pass --xml)")
+    profile = profiles[solver]
+    spec = mujoco.MjSpec.from_file(str(xml))
+    _check_model(spec.compile(), sidecar, xml)  # before edits that assume the sidecar's names
+    spec.option.timestep = profile["timestep"]
+    spec.option.cone = getattr(mujoco.mjtCone, f"mjCONE_{profile['cone'].upper()}")
+    spec.option.impratio = profile["impratio"]
+    spec.option.iterations = profile["iterations"]
+    spec.option.ls_iterations = profile["ls_iterations"]
+    spec.option.integrator = getattr(mujoco.mjtIntegrator,
+                                     f"mjINT_{profile['integrator'].upper()}")
+    for foot in sidecar["feet"]:
+        spec.geom(foot).condim = profile["foot_condim"]
+    return spec.compile()
+
+
+def _check_model(model: mujoco.MjModel, sidecar: dict, xml: Path) -> None:
+    expected = sidecar["model"]
+    sizes = {"nq": model.nq, "nv": model.nv, "nu": model.nu}
+    wanted = {k: expected[k] for k in sizes}
+    if sizes != wanted:
+        raise DeployError(f"{xml} has {sizes} but the sidecar's robot {sidecar['robot']!r} "
+                          f"needs {wanted}: model and policy come from different robots")
+    names = {
+        mujoco.mjtObj.mjOBJ_JOINT: sidecar["joints"],
+        mujoco.mjtObj.mjOBJ_ACTUATOR: sidecar["actuators"],
+        mujoco.mjtObj.mjOBJ_SENSOR: (sidecar["termination"]["contact_sensors"]
+                                     + sidecar["foot_contact_sensors"]),
+        mujoco.mjtObj.mjOBJ_BODY: [expected["base_body"]],
+        mujoco.mjtObj.mjOBJ_GEOM: sidecar["feet"],
+    }
+    for kind, wanted_names in names.items():
+        missing = [n for n in wanted_names if mujoco.mj_name2id(model, kind, n) < 0]
+        if missing:
+            raise DeployError(f"{xml} lacks {kind.name} {missing} named by the sidecar")
+
+
+class OnnxPolicy:
+    """The exported network: raw observation [obs] -> action [num_actions] (normalizer inside)."""
+
+    def __init__(self, path: Path, sidecar: dict):
+        if not path.is_file():
+            raise DeployError(f"policy {path} does not exist")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # one small MLP per control step: threads only add jitter
+        self.session = ort.InferenceSession(str(path), options,
+                                            providers=["CPUExecutionProvider"])
+        io = sidecar["policy"]
+        self.input, self.output = io["input"], io["output"]
+        inputs = {i.name: i.shape for i in self.session.get_inputs()}
+        outputs = {o.name: o.shape for o in self.session.get_outputs()}
+        if self.input not in inputs or self.output not in outputs:
+            raise DeployError(f"{path} has inputs {inputs} and outputs {outputs}; the sidecar "
+                              f"expects input {self.input!r} and output {self.output!r}")
+        obs_size, num_actions = sidecar["observation"]["size"], len(sidecar["actuators"])
+        if inputs[self.input][-1] != obs_size or outputs[self.output][-1] != num_actions:
+            raise DeployError(
+                f"{path} maps {inputs[self.input][-1]} observations to "
+                f"{outputs[self.output][-1]} actions, but the sidecar's robot "
+                f"{sidecar['robot']!r} has {obs_size} observations and {num_actions} actions")
+        robot = self.session.get_modelmeta().custom_metadata_map.get("robot")
+        if robot is not None and robot != sidecar["robot"]:
+            raise DeployError(f"{path} was exported for robot {robot!r}, the sidecar describes "
+                              f"{sidecar['robot']!r}")
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return self.session.run([self.output], {self.input: obs[None].astype(np.float32)})[0][0]
+
+
+# ----------------------------------------------------------------------------- observation
+def quat_rotate_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Express world vector ``v`` in the frame of unit quaternion ``q`` (w, x, y, z)."""
+    w, xyz = q[0], q[1:]
+    t = 2.0 * np.cross(xyz, v)
+    return v - w * t + np.cross(xyz, t)
+
+
+def projected_gravity(q: np.ndarray) -> np.ndarray:
+    """World -z in the body frame: (0, 0, -1) upright; what an IMU's gravity estimate gives."""
+    return quat_rotate_inverse(q, np.array([0.0, 0.0, -1.0]))
+
+
+class Observer:
+    """Builds the policy observation exactly as the training env does, from the sidecar layout.
+
+    The base is MuJoCo's free joint: qpos[0:3] position, qpos[3:7] orientation (w, x, y, z),
+    qvel[0:3] world-frame linear velocity, qvel[3:6] body-frame angular velocity.
+    """
+
+    def __init__(self, sidecar: dict, model: mujoco.MjModel):
+        joint_ids = [model.joint(n).id for n in sidecar["joints"]]
+        self.qpos_adr = model.jnt_qposadr[joint_ids]
+        self.qvel_adr = model.jnt_dofadr[joint_ids]
+        self.default_joint_pos = np.asarray(sidecar["default_joint_pos"])
+        self.terms = [(t["name"], t["size"], np.asarray(t["scale"], dtype=np.float64))
+                      for t in sidecar["observation"]["terms"]]
+        unknown = [name for name, _, _ in self.terms if name not in self._TERMS]
+        if unknown:
+            raise DeployError(f"observation terms {unknown} are unknown to this player; "
+                              f"known: {sorted(self._TERMS)}")
+        self.size = sidecar["observation"]["size"]
+
+    _TERMS = {
+        "base_lin_vel": lambda s: quat_rotate_inverse(s["qpos"][3:7], s["qvel"][0:3]),
+        "base_ang_vel": lambda s: s["qvel"][3:6],
+        "projected_gravity": lambda s: projected_gravity(s["qpos"][3:7]),
+        "commands": lambda s: s["commands"],
+        "joint_pos": lambda s: s["joint_pos"],
+        "joint_vel": lambda s: s["joint_vel"],
+        "actions": lambda s: s["last_actions"],
+        "foot_contact": lambda s: s["foot_contact"].astype(np.float64),
+        "base_height": lambda s: s["qpos"][2:3],
+    }
+
+    def __call__(self, qpos: np.ndarray, qvel: np.ndarray, commands: np.ndarray,
+                 last_actions: np.ndarray, foot_contact: np.ndarray | None = None) -> np.ndarray:
+        """The float32 observation; ``last_actions`` are the clipped actions of the last step."""
+        state = {"qpos": qpos, "qvel": qvel, "commands": commands, "last_actions": last_actions,
+                 "foot_contact": foot_contact,
+                 "joint_pos": qpos[self.qpos_adr] - self.default_joint_pos,
+                 "joint_vel": qvel[self.qvel_adr]}
+        parts = []
+        for name, size, scale in self.terms:
+            value = np.asarray(self._TERMS[name](state), dtype=np.float64)
+            if value.shape != (size,):
+                raise DeployError(f"observation term {name!r} has shape {value.shape}, "
+                                  f"the sidecar says {size}")
+            parts.append(value * scale)
+        return np.concatenate(parts).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- task
+class Commander:
+    """Velocity commands (vx, vy, yaw rate): fixed, or resampled like the training task."""
+
+    def __init__(self, sidecar: dict, fixed: np.ndarray | None, rng: np.random.Generator):
+        self.cfg = sidecar["commands"]
+        self.fixed = fixed
+        self.dt = sidecar["control_dt"]
+        self.rng = rng
+        self.value = np.zeros(3)
+        self.timer = 0.0
+
+    def reset(self) -> None:
+        self._sample()
+
+    def advance(self) -> None:
+        """Count down one control step; draw new commands when the timer runs out."""
+        self.timer -= self.dt
+        if self.timer <= 0:
+            self._sample()
+
+    def _sample(self) -> None:
+        self.timer = self.cfg["resample_time_s"]
+        if self.fixed is not None:
+            self.value = self.fixed.copy()
+            return
+        ranges = (self.cfg["lin_vel_x"], self.cfg["lin_vel_y"], self.cfg["ang_vel_yaw"])
+        self.value = np.array([self.rng.uniform(lo, hi) for lo, hi in ranges])
+        if self.rng.random() < self.cfg["standing_fraction"]:
+            self.value[:] = 0.0
+
+
+def initial_state(model: mujoco.MjModel, sidecar: dict, observer: Observer,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A spawn state drawn like the task's: scaled default pose, random heading, small velocity."""
+    s = sidecar["init_state"]
+    qpos, qvel = np.zeros(model.nq), np.zeros(model.nv)
+    qpos[0:2] = rng.uniform(-s["base_xy"], s["base_xy"], 2)
+    qpos[2] = s["base_height"]
+    yaw = rng.uniform(-s["base_yaw"], s["base_yaw"])
+    qpos[3:7] = [math.cos(0.5 * yaw), 0.0, 0.0, math.sin(0.5 * yaw)]
+    scale = rng.uniform(*s["joint_pos_scale"], len(observer.default_joint_pos))
+    qpos[observer.qpos_adr] = observer.default_joint_pos * scale
+    qvel[0:3] = rng.uniform(-s["base_lin_vel"], s["base_lin_vel"], 3)
+    qvel[3:6] = rng.uniform(-s["base_ang_vel"], s["base_ang_vel"], 3)
+    return qpos, qvel
+
+
+def sensor_columns(model: mujoco.MjModel, names: list[str]) -> np.ndarray:
+    """Sensordata indices of the (scalar) sensors ``names``."""
+    return np.array([model.sensor_adr[model.sensor(n).id] for n in names], dtype=int)
+
+
+@dataclass
+class Episode:
+    """How one episode went."""
+
+    steps: int
+    survived: bool
+    failure: str | None
+    tracking_error: float  # mean planar |command - body velocity|, m/s
+    yaw_error: float  # mean |yaw-rate command - yaw rate|, rad/s
+    distance: float  # planar distance from the spawn point, m
+
+
+class Player:
+    """The control loop: observe, infer, set PD targets, step physics ``decimation`` times.
+
+    ``run_episode`` plays a whole episode; ``reset`` then ``step`` drive it step by step.
+    """
+
+    def __init__(self, sidecar: dict, model: mujoco.MjModel, policy: OnnxPolicy,
+                 commander: Commander, rng: np.random.Generator):
+        self.sidecar, self.model, self.policy = sidecar, model, policy
+        self.commander, self.rng = commander, rng
+        self.data = mujoco.MjData(model)
+        self.observer = Observer(sidecar, model)
+        control_dt = sidecar["control_dt"]
+        # Keep the control rate whatever the physics timestep of the chosen profile.
+        self.decimation = round(control_dt / model.opt.timestep)
+        if abs(self.decimation * model.opt.timestep - control_dt) > 1e-9:
+            raise DeployError(f"control dt {control_dt} is not a multiple of the physics "
+                              f"timestep {model.opt.timestep}")
+        self.actuator_ids = np.array([model.actuator(n).id for n in sidecar["actuators"]])
+        self.default_ctrl = np.asarray(sidecar["default_ctrl"])
+        self.action_scale = sidecar["action_scale"]
+        self.action_clip = sidecar["action_clip"]
+        self.max_tilt = sidecar["termination"]["max_tilt"]
+        self.fail_cols = sensor_columns(model, sidecar["termination"]["contact_sensors"])
+        self.foot_cols = sensor_columns(model, sidecar["foot_contact_sensors"])
+        self.length = sidecar["episode_length_steps"]
+
+    def reset(self, qpos: np.ndarray | None = None, qvel: np.ndarray | None = None) -> None:
+        """Start an episode from the given state, or from a random spawn like the task's."""
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        if qpos is None or qvel is None:
+            qpos, qvel = initial_state(m, self.sidecar, self.observer, self.rng)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        self.commander.reset()
+        self.start_xy = d.qpos[0:2].copy()
+        self.last_action = np.zeros(len(self.actuator_ids))
+        self.foot_contact = np.ones(len(self.foot_cols), dtype=bool)  # spawned on its feet
+        self.steps = 0
+        self.lin_err = self.yaw_err = 0.0
+
+    def step(self) -> str | None:
+        """One control step; returns why the episode failed, or None."""
+        m, d = self.model, self.data
+        obs = self.observer(d.qpos, d.qvel, self.commander.value, self.last_action,
+                            self.foot_contact)
+        action = np.clip(self.policy(obs), -self.action_clip, self.action_clip)
+        d.ctrl[self.actuator_ids] = self.default_ctrl + self.action_scale * action
+        self.foot_contact[:] = False
+        for _ in range(self.decimation):
+            mujoco.mj_step(m, d)
+            self.foot_contact |= d.sensordata[self.foot_cols] > 0  # any touch in the step
+        self.steps += 1
+        self.commander.advance()
+        self.last_action = action
+        body_vel = quat_rotate_inverse(d.qpos[3:7], d.qvel[0:3])
+        self.lin_err += float(np.linalg.norm(self.commander.value[:2] - body_vel[:2]))
+        self.yaw_err += abs(self.commander.value[2] - d.qvel[5])
+        return self._failure()
+
+    def run_episode(self, on_step: Callable[[mujoco.MjData], None] | None = None) -> Episode:
+        """One episode from a random spawn until the time limit or a failure."""
+        self.reset()
+        failure = None
+        while self.steps < self.length and failure is None:
+            failure = self.step()
+            if on_step is not None:
+                on_step(self.data)
+        return Episode(steps=self.steps, survived=failure is None, failure=failure,
+                       tracking_error=self.lin_err / self.steps,
+                       yaw_error=self.yaw_err / self.steps,
+                       distance=float(np.linalg.norm(self.data.qpos[0:2] - self.start_xy)))
+
+    def _failure(self) -> str | None:
+        """The task's failure check: tipped over, a terminating body touched, or diverged."""
+        d = self.data
+        if not np.isfinite(d.qpos).all() or d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number:
+            return "diverged"
+        gravity = projected_gravity(d.qpos[3:7])
+        if math.acos(float(np.clip(-gravity[2], -1.0, 1.0))) > self.max_tilt:
+            return "tilt"
+        if (d.sensordata[self.fail_cols] > 0).any():
+            return "contact"
+        return None
+
+
+# ----------------------------------------------------------------------------- video
+class Recorder:
+    """Frames of the first episode, from a camera tracking the base (needs MUJOCO_GL)."""
+
+    def __init__(self, model: mujoco.MjModel, base_body: str, width: int = 640,
+                 height: int = 480):
+        try:
+            import imageio
+        except ImportError as e:
+            raise DeployError("--video needs imageio and imageio-ffmpeg "
+                              "(pip install imageio imageio-ffmpeg)") from e
+        self.imageio = imageio
+        try:
+            self.renderer = mujoco.Renderer(model, height, width)
+        except Exception as e:  # noqa: BLE001 - any GL failure means "no renderer"
+            raise DeployError(f"cannot render offscreen ({type(e).__name__}: {e}); "
+                              "set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (CPU)") from e
+        self.camera = mujoco.MjvCamera()
+        self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+        self.camera.trackbodyid = model.body(base_body).id
+        self.camera.distance, self.camera.elevation, self.camera.azimuth = 1.8, -20.0, 120.0
+        self.frames: list[np.ndarray] = []
+
+    def __call__(self, data: mujoco.MjData) -> None:
+        self.renderer.update_scene(data, self.camera)
+        self.frames.append(self.renderer.render().copy())
+
+    def save(self, path: Path, fps: float) -> None:
+        self.imageio.mimwrite(path, self.frames, fps=round(fps))
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("onnx", type=Path, help="policy.onnx written by scripts/export.py")
+    p.add_argument("--json", type=Path, help="sidecar (default: policy.json beside the ONNX)")
+    p.add_argument("--xml", type=Path, help="robot model (default: the sidecar's robot.xml)")
+    p.add_argument("--episodes", type=int, default=3)
+    p.add_argument("--solver", help="physics profile from the sidecar, e.g. fast | fidelity "
+                                    "(default: the one the policy was trained with)")
+    p.add_argument("--vx", type=float, help="fixed forward velocity command, m/s")
+    p.add_argument("--vy", type=float, help="fixed lateral velocity command, m/s")
+    p.add_argument("--yaw", type=float, help="fixed yaw-rate command, rad/s")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--video", type=Path, help="write an MP4 of the first episode")
+    p.add_argument("--check-imports", action="store_true",
+                   help="print the non-stdlib modules loaded (shows no torch/training code)")
+    args = p.parse_args(argv)
+    if args.episodes < 1:
+        p.error("--episodes must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Play the episodes and print one line each, then a JSON summary; returns the summary."""
+    args = parse_args(argv)
+    sidecar_path = args.json or args.onnx.with_name("policy.json")
+    sidecar = load_sidecar(sidecar_path)
+    solver = args.solver or sidecar["solver"]
+    model = load_model(args.xml or sidecar_path.with_name(sidecar["files"]["model"]),
+                       sidecar, solver)
+    policy = OnnxPolicy(args.onnx, sidecar)
+    flags = (args.vx, args.vy, args.yaw)
+    fixed = None if all(v is None for v in flags) else np.array([v or 0.0 for v in flags])
+    rng = np.random.default_rng(args.seed)
+    player = Player(sidecar, model, policy, Commander(sidecar, fixed, rng), rng)
+    recorder = Recorder(model, sidecar["model"]["base_body"]) if args.video else None
+
+    episodes = []
+    for i in range(args.episodes):
+        ep = player.run_episode(on_step=recorder if i == 0 else None)
+        episodes.append(ep)
+        print(f"episode {i}: {ep.steps} steps, "
+              f"{'survived' if ep.survived else f'failed ({ep.failure})'}, "
+              f"tracking error {ep.tracking_error:.3f} m/s, distance {ep.distance:.2f} m")
+    summary = {
+        "robot": sidecar["robot"], "solver": solver, "decimation": player.decimation,
+        "commands": "fixed" if fixed is not None else "resampled",
+        "episodes": len(episodes),
+        "survival": float(np.mean([e.survived for e in episodes])),
+        "tracking_error": float(np.mean([e.tracking_error for e in episodes])),
+        "yaw_error": float(np.mean([e.yaw_error for e in episodes])),
+        "distance": float(np.mean([e.distance for e in episodes])),
+    }
+    print(json.dumps(summary))
+    if recorder is not None:
+        recorder.save(args.video, 1.0 / sidecar["control_dt"])
+        print(f"video: {args.video}")
+    if args.check_imports:  # top-level packages, and every module of this one
+        loaded = {m if m.startswith("locomotion") else m.split(".")[0]
+                  for m in sys.modules} - set(sys.stdlib_module_names)
+        print("imports: " + json.dumps(sorted(m for m in loaded if not m.startswith("_"))))
+    return summary
+
+
+def cli() -> None:
+    """The ``locomotion-deploy`` command: a refused file set is a one-line error."""
+    try:
+        main()
+    except DeployError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    cli()

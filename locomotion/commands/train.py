@@ -1,0 +1,64 @@
+"""Train a gait policy: ``locomotion-train [hydra overrides]``.
+
+Examples:
+    locomotion-train
+    locomotion-train num_envs=2048 reset=sync algo.num_steps=16 seed=3
+    locomotion-train resume=runs/<run>/checkpoints/latest.pt
+    locomotion-train run_dir=runs/exp1     # restartable: continues runs/exp1 if present
+    locomotion-train sim=warp device=cuda num_envs=8192   # MuJoCo Warp on a GPU
+    torchrun --nproc_per_node=2 -m locomotion.commands.train num_envs=256  # 2 processes
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from locomotion.export import export_checkpoint
+from locomotion.multitask import training_hooks
+from locomotion.rl.distributed import Distributed, run_dir_overrides
+from locomotion.rl.runner import run_training
+
+
+@hydra.main(config_path="pkg://locomotion.configs", config_name="train", version_base="1.3")
+def train(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    dist = Distributed.from_environment(cfg.device)
+    finished = False
+    try:
+        if dist is not None:
+            run_dir = Path(dist.broadcast_object(str(run_dir)))  # rank 0's, on every rank
+            if dist.is_main:
+                print(f"distributed: {dist.world_size} processes ({dist.backend}), "
+                      f"run directory {run_dir}", flush=True)
+                if not cfg.run_dir:
+                    print("warning: no run_dir and no rendezvous id (--rdzv-id): a restarted "
+                          "group starts a new run directory instead of resuming this one",
+                          flush=True)
+        runner = run_training(cfg, run_dir, dist, resume_latest=cfg.run_dir is not None,
+                              hooks=training_hooks)
+        finished = True
+    finally:
+        if dist is not None:
+            dist.close(finished)
+    if not runner.is_main:
+        return
+    print(f"checkpoint: {runner.checkpoint_path}")
+    if cfg.export:
+        print(export_checkpoint(runner.checkpoint_path).summary())
+    print(f"tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}")
+
+
+def main() -> None:
+    # One run directory for every rank and restart: run_dir=... (or torchrun's rendezvous
+    # id) becomes Hydra's output directory.
+    sys.argv += run_dir_overrides(sys.argv[1:])
+    train()
+
+
+if __name__ == "__main__":
+    main()

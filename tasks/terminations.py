@@ -1,0 +1,43 @@
+"""Termination terms by name: what ends an episode as a failure (time-outs are apart).
+
+A term maps (task, world) to a bool per env [n]; ``task.terminations`` in config switches
+them on (``max_tilt`` sets ``tilt``, ``base_contact: true`` adds ``base_contact``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from locomotion.tasks.world import World
+
+if TYPE_CHECKING:
+    from locomotion.tasks.velocity import VelocityTask
+
+TerminationTerm = Callable[["VelocityTask", World], torch.Tensor]
+TERMINATION_TERMS: dict[str, TerminationTerm] = {}
+
+
+def termination_term(name: str) -> Callable[[TerminationTerm], TerminationTerm]:
+    """Register a termination term under ``name`` (an existing name is an error)."""
+    def register(fn: TerminationTerm) -> TerminationTerm:
+        if name in TERMINATION_TERMS:
+            raise ValueError(f"termination term {name!r} is already registered")
+        TERMINATION_TERMS[name] = fn
+        return fn
+
+    return register
+
+
+@termination_term("tilt")
+def tilt(task: VelocityTask, w: World) -> torch.Tensor:
+    """The base tipped further than ``max_tilt`` (rad) from upright."""
+    return torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0)) > task.max_tilt
+
+
+@termination_term("base_contact")
+def base_contact(task: VelocityTask, w: World) -> torch.Tensor:
+    """A body of the spec's ``terminate_contacts`` touched something."""
+    return w.bad_contact
