@@ -1,6 +1,7 @@
 """Every allocation measured against uniform slots, one table row each.
 
-    python -m research.multitask_overview docs/multitask docs/multitask_gaits_first ...
+    python -m research.multitask_overview research/results/multitask \
+        research/results/multitask_gaits_first ...
 
 For each study directory and each allocation in it with a uniform curve of the same seed,
 the row gives the mean over those seeds of ``ln(uniform steps / allocation's steps)`` per
@@ -19,14 +20,14 @@ from pathlib import Path
 from research.multitask_power import paired_log_ratios
 from research.study import load_config
 
-CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv")
+CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv(\.gz)?")
 BASELINE = "uniform"
 
 
 def paired_runs(study: Path) -> dict[str, list[int]]:
     """Per allocation other than the baseline, the seeds with a baseline curve too."""
     runs: dict[str, set[int]] = {}
-    for path in sorted((study / "curves").glob("*.csv")):
+    for path in sorted((study / "curves").glob("*.csv*")):  # plain or gzipped
         if m := CURVE.fullmatch(path.name):
             runs.setdefault(m["allocation"], set()).add(int(m["seed"]))
     base = runs.pop(BASELINE, set())
@@ -64,7 +65,7 @@ def overview(studies: list[Path], overrides: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("studies", type=Path, nargs="+",
-                        help="study out_dirs of one subtask set, e.g. docs/multitask")
+                        help="study out_dirs of one subtask set, e.g. research/results/multitask")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="study setting, e.g. --set window=60")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """How often a study's paired runs would show an allocation sooner on every subtask.
 
-    python -m research.multitask_power docs/multitask [--seeds 3] [--effects 0,0.1,0.2]
+    python -m research.multitask_power research/results/multitask [--seeds 3] [--effects 0,0.1,0.2]
 
 Per seed of the study with both curves (``learning_progress_s<seed>.csv``,
 ``uniform_s<seed>.csv``; ``seeds=[...]`` and the study's other settings as overrides) and
@@ -95,7 +95,8 @@ def positive(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("study", type=Path, help="a study's out_dir, e.g. docs/multitask")
+    parser.add_argument("study", type=Path,
+                        help="a study's out_dir, e.g. research/results/multitask")
     parser.add_argument("--seeds", type=positive, default=3, metavar="K",
                         help="seeds that must all be sooner")
     parser.add_argument("--effects", type=effects,

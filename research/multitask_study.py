@@ -28,11 +28,11 @@ from pathlib import Path
 import hydra
 import numpy as np
 from hydra.utils import to_absolute_path
-from locomotion.tasks import make_env, subtasks_of
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
+from locomotion.tasks import make_env, subtasks_of
 from research.study import (
     changed_settings,
     curve_path,

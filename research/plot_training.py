@@ -1,17 +1,19 @@
 """Plot a training run's learning curve: return and tracking error against env steps and wall-clock.
 
 Reads ``progress.jsonl`` (every iteration) and, when present, ``curve.csv`` (the walk checks
-of scripts/benchmark_train.py) from a run folder; several runs can be overlaid.
+of scripts/benchmark_train.py) from a run folder, either gzipped or not; several runs can be
+overlaid.
 
-    python -m research.plot_training runs/benchmark_train/<run> --out docs/training_curve.png
-    python -m research.plot_training RUN_A RUN_B --labels ours rsl_rl --out docs/peer.png
+    python -m research.plot_training runs/benchmark_train/<run> \
+        --out docs/figures/training_curve.png
+    python -m research.plot_training RUN_A RUN_B --labels ours rsl_rl \
+        --out docs/figures/peer_rsl_rl.png
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 from pathlib import Path
 
 import matplotlib
@@ -19,12 +21,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from research.study import open_text, read_jsonl, stored  # noqa: E402
+
 
 def load_run(run: Path) -> tuple[list[dict], list[dict]]:
-    progress = [json.loads(line) for line in (run / "progress.jsonl").open()]
+    progress = read_jsonl(run / "progress.jsonl")
     checks = []
-    if (run / "curve.csv").is_file():
-        with (run / "curve.csv").open() as f:
+    if (curve := stored(run / "curve.csv")).is_file():
+        with open_text(curve) as f:
             checks = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     return progress, checks
 

@@ -31,11 +31,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from hydra.core.hydra_config import HydraConfig
-from locomotion.tasks import make_env
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from locomotion.rl.distributed import Distributed
 from locomotion.rl.runner import Runner, build_policy
+from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- scaling-table:begin -->", "<!-- scaling-table:end -->"

@@ -3,18 +3,19 @@
     python -m research.subtask_checks runs/<run> [runs/<other run> ...] [--iterations 201 228]
 
 A multitask episode succeeds when it survives, tracks its command and (gait subtasks) keeps
-its foot-contact schedule. The trainer logs each share per iteration in ``progress.jsonl``;
-this script weights them by the iteration's episode count over an iteration range and
-prints one markdown table per run: episodes, survived, tracked, on gait, the mean share of
-contacts on schedule (gaits only) and success.
+its foot-contact schedule. The trainer logs each share per iteration in ``progress.jsonl``
+(read gzipped too); this script weights them by the iteration's episode count over an
+iteration range and prints one markdown table per run: episodes, survived, tracked, on gait,
+the mean share of contacts on schedule (gaits only) and success.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
+
+from research.study import read_jsonl, stored
 
 COLUMNS = ("survived", "tracked", "on_gait", "gait_match", "success")
 
@@ -58,10 +59,10 @@ def main() -> None:
     args = parser.parse_args()
     first, last = args.iterations
     for run in args.runs:
-        path = run / "progress.jsonl"
+        path = stored(run / "progress.jsonl")
         if not path.is_file():
             raise SystemExit(f"{path} not found: pass a run folder the trainer logged into")
-        rows = [json.loads(line) for line in path.open()]
+        rows = read_jsonl(path)
         shares = episode_weighted(rows, first, last)
         if not shares:
             raise SystemExit(f"{path} has no multitask episodes in iterations {first}..{last}"

@@ -15,9 +15,9 @@ import argparse
 from collections import defaultdict
 
 import torch
-from locomotion.tasks import make_env, subtasks_of
 
 from locomotion.evaluation.policies import load_policy
+from locomotion.tasks import make_env, subtasks_of
 
 COLUMNS = ("survived", "success", "lin_vel_error", "distance")
 
