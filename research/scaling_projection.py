@@ -33,8 +33,9 @@ import torch.multiprocessing as mp
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from locomotion.rl.actor_critic import build_policy
 from locomotion.rl.distributed import Distributed
-from locomotion.rl.runner import Runner, build_policy
+from locomotion.rl.runner import Runner
 from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
