@@ -30,6 +30,7 @@ import numpy as np
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.multitask import training_hooks
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
 from locomotion.tasks import make_env, subtasks_of
@@ -75,7 +76,7 @@ def curve_settings(run_cfg: DictConfig) -> dict:
 
 def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> dict:
     """One CSV row: per subtask its success rate (NaN without episodes), episodes, share."""
-    mt = stats["multitask"]
+    mt = stats["hooks"]  # the scheduler's statistics
     shares = subtasks_of(runner.env).slots.counts("current", len(names)).double()
     shares = shares / shares.sum()
     row = {"iteration": stats["iteration"], "env_steps": stats["env_steps"],
@@ -98,7 +99,8 @@ def run_one(job: tuple[DictConfig, str, int, Path, Path]) -> tuple[str, float]:
     name = run_name(allocation, seed)
     run_cfg = run_config(cfg, allocation, seed)
     env = make_env(run_cfg)
-    runner = Runner(env, run_cfg, log_dir=runs_dir / name)
+    runner = Runner(env, run_cfg, log_dir=runs_dir / name,
+                    hooks=training_hooks(env, run_cfg))
     names = subtasks_of(env).names
     partial = runs_dir / name / "curve_so_far.csv"
     rows = resumed_rows(runner, partial, int(cfg.iterations))
