@@ -31,6 +31,8 @@ from locomotion.rl.normalizer import EmpiricalNormalizer, combine_stats
 from locomotion.rl.runner import Runner, run_training
 from locomotion.tasks import make_env
 
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["num_envs=8", "algo.num_steps=8", "task.episode_length_s=0.5",
          "algo.policy.actor_hidden_dims=[16,16]", "algo.policy.critic_hidden_dims=[16,16]",

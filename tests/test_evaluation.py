@@ -145,6 +145,8 @@ def test_same_seed_gives_identical_report(standing, tmp_path):
     assert json.dumps(other, indent=1) != texts[0]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_command_line_writes_report_and_figures(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "eval"
@@ -164,6 +166,8 @@ def test_command_line_writes_report_and_figures(tmp_path):
     assert bad.returncode != 0 and "policy.json is not a policy" in bad.stderr
 
 
+@pytest.mark.warp
+@pytest.mark.slow
 def test_warp_backend_runs_the_same_suite(standing):
     """sim=warp (here on Warp's CPU device) takes the same path: pushes topple, none do not."""
     pytest.importorskip("mujoco_warp")

@@ -131,6 +131,7 @@ def test_player_loop_follows_the_env_from_the_same_state(go1):
     env.close()
 
 
+@pytest.mark.subprocess
 def test_player_runs_without_torch_or_the_training_code(go1):
     _, result = go1
     onnx_path = str(result.out_dir / "policy.onnx")

@@ -150,6 +150,7 @@ def test_subtask_observation_needs_subtasks():
         make_env(cfg)
 
 
+@pytest.mark.slow
 def test_multitask_training_logs_allocation_and_resumes_exactly(tmp_path):
     from locomotion.rl.runner import Runner
 

@@ -168,6 +168,7 @@ def test_normalizer_chunked_merge_matches_full_batch() -> None:
     torch.testing.assert_close(chunked(data), ((data - mean) / std).clamp(-5.0, 5.0))
 
 
+@pytest.mark.slow
 def test_ppo_learns_point_mass() -> None:
     # Reference returns on the evaluation starts: zero force -31.3, bang-bang toward the
     # target -20.8, best hand-tuned PD -5.8. Seeds 0-5 all reach -6.2 to -6.8 here.

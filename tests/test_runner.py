@@ -80,6 +80,8 @@ def test_interrupt_leaves_a_loadable_checkpoint(tmp_path):
     assert not list(runner.checkpoint_path.parent.glob(".*.tmp"))
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_train_command_survives_ctrl_c(tmp_path):
     """The real command: SIGINT mid-run still writes a checkpoint that resumes."""
     base = [sys.executable, str(ROOT / "scripts" / "train.py"), *SMALL, "reset=sync",
@@ -107,6 +109,7 @@ def test_train_command_survives_ctrl_c(tmp_path):
     assert load_checkpoint(tmp_path / "resumed" / "checkpoints" / "latest.pt")["iteration"] == 6
 
 
+@pytest.mark.subprocess
 def test_bad_config_values_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="valid"):
         make_runner(tmp_path, ["algo.ppo.schedule=sometimes"])

@@ -30,6 +30,8 @@ from locomotion.sim.robot_spec import load_robot_spec
 from locomotion.sim.warp_backend import SimOverflowError, WarpBackend
 from locomotion.tasks import make_env
 
+pytestmark = [pytest.mark.warp, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[1]
 N = 3
 STEPS = 100

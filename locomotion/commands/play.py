@@ -1,6 +1,7 @@
 """Run a trained policy for one episode per env and print tracking, survival and distance.
 
     locomotion-play checkpoint=runs/<run>/checkpoints/latest.pt
+    locomotion-play checkpoint=pretrained:go1        # the policy shipped with the package
     MUJOCO_GL=osmesa locomotion-play checkpoint=... solver=fidelity
     locomotion-play checkpoint=... terrain=rough     # on the terrain grid
 """
@@ -18,12 +19,13 @@ from locomotion.config import replay_config
 from locomotion.evaluation import evaluate_episodes, walks
 from locomotion.evaluation.video import VideoRecorder, renderer_problem
 from locomotion.rl.checkpoint import load_checkpoint, policy_from_checkpoint
+from locomotion.robots import resolve_policy_path
 from locomotion.tasks import make_env
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="play", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    data = load_checkpoint(cfg.checkpoint)
+    data = load_checkpoint(resolve_policy_path(cfg.checkpoint))
     policy = policy_from_checkpoint(data)
     solver = cfg.solver.name if cfg.get("solver") else None
     env = make_env(replay_config(data["config"], cfg.num_envs, cfg.seed, solver,

@@ -25,10 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.config import CONFIG_DIR
 from locomotion.export import sidecar as sc
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, policy_from_checkpoint
+from locomotion.robots import resolve_policy_path
 from locomotion.sim.robot_spec import RobotSpecError, load_robot_spec
 
 EXPECTED = ("a training checkpoint (.pt, full or policy-only), an exported TorchScript "
-            "policy (.pt) or an exported ONNX policy (.onnx with its policy.json beside it)")
+            "policy (.pt), an exported ONNX policy (.onnx with its policy.json beside it) or "
+            "a shipped policy (pretrained:go1)")
 #: The task an exported policy is replayed in (the sidecar fills in its settings).
 EXPORT_TASK = "flat_velocity"
 
@@ -91,7 +93,10 @@ def _sha256(path: Path) -> str:
 
 def load_policy(path: str | os.PathLike, label: str | None = None) -> Policy:
     """Load ``path`` as a policy; anything else raises ``PolicyLoadError`` naming the file."""
-    path = Path(path)
+    try:
+        path = resolve_policy_path(path)
+    except FileNotFoundError as e:
+        raise PolicyLoadError(str(e)) from None
     if not path.is_file():
         raise PolicyLoadError(f"policy file {path} does not exist; expected {EXPECTED}")
     label = label or default_label(path)
