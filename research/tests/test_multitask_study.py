@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_hold_last_carries_the_last_measured_rate_over_gaps():
     assert held[1:].tolist() == [0.2, 0.2, 0.2, 0.9, 0.9]
 
 
-def test_study_runs_resumes_and_reports(tmp_path):
+def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     study = multitask_study
     cfg = load_config("multitask_study", SMALL)
     out, runs = tmp_path / "out", tmp_path / "runs"
@@ -146,6 +147,12 @@ def test_study_runs_resumes_and_reports(tmp_path):
     assert "| terrain | level |" in terrain.table(outcomes)
     with pytest.raises(ValueError, match="unknown subtask 'lava'.*stairs"):
         terrain.terrain_outcomes(str(checkpoint), "lava", num_envs=8)
+    monkeypatch.setattr(sys, "argv", ["subtask_terrain", str(checkpoint), "stairs",
+                                      "--num-envs", "8"])  # the command line
+    capsys.readouterr()
+    terrain.main()
+    assert capsys.readouterr().out.startswith("| terrain | level | episodes | survived | "
+                                              "success | tracking error (m/s) | distance (m) |")
 
     stamp = (out / "curves" / "uniform_s0.csv").stat().st_mtime_ns
     assert study.run_study(cfg, out, runs) == []  # finished runs are skipped
