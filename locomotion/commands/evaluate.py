@@ -77,16 +77,19 @@ def evaluate_command(cfg: DictConfig) -> None:
         f"total {total:.0f} s wall clock, {usage.ru_utime + usage.ru_stime:.0f} s of CPU time "
         f"(all threads) on {os.cpu_count()} CPU cores; load average {load:.1f} at the end "
         f"(a load above the core count means other jobs shared the machine)"]
-    figures = None
+    # The numbers first: a missing or failing plotting library loses no result.
+    write_json(report, out)
+    md = write_markdown(report, out, timing, _command())
     if cfg.plots:
         try:
             from locomotion.evaluation.plots import write_figures
-        except ImportError as e:
-            print(f"no figures: {e}; pip install 'locomotion[plot]'")
-        else:
+
             figures = write_figures(report, out)
-    write_json(report, out)
-    md = write_markdown(report, out, timing, _command(), figures)
+        except ImportError as e:
+            print(f"no figures ({e}): pip install 'locomotion[plot]' and redraw them from "
+                  f"{out / 'report.json'}")
+        else:
+            md = write_markdown(report, out, timing, _command(), figures)
     print(f"report: {md}")
     print(f"timing: {'; '.join(timing)}")
 

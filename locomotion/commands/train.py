@@ -18,7 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from locomotion.export import export_checkpoint
+from locomotion.export import export_checkpoint, missing_export_packages
 from locomotion.multitask import training_hooks
 from locomotion.rl.distributed import Distributed, run_dir_overrides
 from locomotion.rl.runner import run_training
@@ -49,7 +49,13 @@ def train(cfg: DictConfig) -> None:
         return
     print(f"checkpoint: {runner.checkpoint_path}")
     if cfg.export:
-        print(export_checkpoint(runner.checkpoint_path).summary())
+        missing = missing_export_packages()
+        if missing:
+            print(f"export skipped: {', '.join(missing)} not installed; pip install "
+                  f"'locomotion[export]', then locomotion-export "
+                  f"checkpoint={runner.checkpoint_path}")
+        else:
+            print(export_checkpoint(runner.checkpoint_path).summary())
     print(f"tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}")
 
 

@@ -5,6 +5,8 @@ from locomotion.export.policy_export import (
     ExportResult,
     default_export_dir,
     export_checkpoint,
+    missing_export_packages,
 )
 
-__all__ = ["ExportError", "ExportResult", "default_export_dir", "export_checkpoint"]
+__all__ = ["ExportError", "ExportResult", "default_export_dir", "export_checkpoint",
+           "missing_export_packages"]

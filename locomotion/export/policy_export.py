@@ -9,6 +9,7 @@ temporary folder, checked, then moved into place.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -118,6 +119,20 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike 
     finally:
         env.close()
     return ExportResult(out, files, errors, len(observations), time.perf_counter() - start)
+
+
+EXPORT_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # the ``export`` extra
+
+
+def missing_export_packages() -> list[str]:
+    """The packages of the ``export`` extra that are not installed (empty: export works)."""
+    def installed(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a module blocked or half-imported
+            return False
+
+    return [name for name in EXPORT_PACKAGES if not installed(name)]
 
 
 def _export_packages():
