@@ -98,15 +98,38 @@ def test_train_command_survives_ctrl_c(tmp_path):
         if line.startswith("it ") and int(line.split()[1]) >= 3:
             proc.send_signal(signal.SIGINT)
             break
-    proc.communicate(timeout=120)
+    rest, _ = proc.communicate(timeout=120)
     ckpt = tmp_path / "checkpoints" / "latest.pt"
     assert ckpt.is_file(), "".join(lines)
     assert load_checkpoint(ckpt)["iteration"] >= 3
-    resumed = subprocess.run([*base, "max_iterations=6", f"resume={ckpt}",
-                              f"hydra.run.dir={tmp_path / 'resumed'}"],
+    # Two lines, no traceback: where the checkpoint and logs are, and how to continue.
+    assert proc.returncode == 130 and "Traceback" not in rest, rest
+    tail = rest.strip().splitlines()[-2:]
+    assert tail[0].startswith(f"interrupted: checkpoint {ckpt}, logs: tensorboard --logdir")
+    assert tail[1].startswith("continue with: locomotion-train ") and \
+        tail[1].endswith(f"run_dir={tmp_path}")
+    # resume= continues in the checkpoint's own run folder
+    resumed = subprocess.run([*base, "max_iterations=6", f"resume={ckpt}"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert load_checkpoint(tmp_path / "resumed" / "checkpoints" / "latest.pt")["iteration"] == 6
+    assert load_checkpoint(ckpt)["iteration"] == 6
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.subprocess
+def test_a_quiet_run_shows_signs_of_life_from_the_first_iteration(tmp_path):
+    """Not on a terminal: a line when the env is built, the warm-up's first step, and the
+    first iteration's line without waiting for logging.print_interval."""
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), *SMALL,
+                          "reset=staggered", "max_iterations=2", "logging.print_interval=50",
+                          "export=false", f"run_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("env: 16 envs of go1 on flat_velocity, native physics on cpu (")
+    assert "torch threads on" in lines[0]
+    assert lines[1].startswith("warm-up: step 0/")
+    assert lines[2].startswith("it     1 ")
 
 
 @pytest.mark.subprocess

@@ -42,6 +42,10 @@ def train(cfg: DictConfig) -> None:
         runner = run_training(cfg, run_dir, dist, resume_latest=cfg.run_dir is not None,
                               hooks=training_hooks)
         finished = True
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runner has written its checkpoint
+        if dist is None or dist.is_main:
+            print(interrupted_lines(run_dir), flush=True)
+        sys.exit(130)
     finally:
         if dist is not None:
             dist.close(finished)
@@ -59,9 +63,33 @@ def train(cfg: DictConfig) -> None:
     print(f"tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}")
 
 
+def interrupted_lines(run_dir: Path) -> str:
+    """Where an interrupted run left its checkpoint and logs, and how to continue it."""
+    checkpoint = run_dir / "checkpoints" / "latest.pt"
+    if not checkpoint.is_file():
+        return f"interrupted before the first checkpoint; logs in {run_dir}"
+    kept = [a for a in sys.argv[1:] if not a.split("=", 1)[0].lstrip("+~").startswith(
+        ("run_dir", "resume", "hydra."))]
+    return (f"interrupted: checkpoint {checkpoint}, logs: tensorboard --logdir "
+            f"{run_dir / 'tensorboard'}\n"
+            f"continue with: locomotion-train {' '.join([*kept, f'run_dir={run_dir}'])}")
+
+
+def continue_in_place(argv: list[str]) -> list[str]:
+    """``resume=<run>/checkpoints/<file>`` without ``run_dir``: continue in ``<run>``, so the
+    curves and checkpoints of one run stay in one folder."""
+    given = dict(a.split("=", 1) for a in argv if "=" in a)
+    resume = given.get("resume")
+    if not resume or {"run_dir", "hydra.run.dir"} & set(given):
+        return []
+    path = Path(resume)
+    return [f"run_dir={path.parent.parent}"] if path.parent.name == "checkpoints" else []
+
+
 def main() -> None:
     # One run directory for every rank and restart: run_dir=... (or torchrun's rendezvous
-    # id) becomes Hydra's output directory.
+    # id) becomes Hydra's output directory; resume=<run>/checkpoints/... continues in <run>.
+    sys.argv += continue_in_place(sys.argv[1:])
     sys.argv += run_dir_overrides(sys.argv[1:])
     train()
 

@@ -58,16 +58,20 @@ class ResetSchedule:
         return self.offsets()
 
     def warm_up(self, reset: Callable[[torch.Tensor], None], step: Callable[[int], None],
-                device: torch.device | str = "cpu") -> None:
+                device: torch.device | str = "cpu",
+                progress: Callable[[int, int], None] | None = None) -> None:
         """Advance a batch so that group g has lived offset_g steps when training starts.
 
         ``reset(ids)`` restarts envs; ``step(started)`` takes one control step in which only
         the first ``started`` envs have begun (groups are laid out largest offset first, so
         the envs that have started always form a prefix a backend may step alone).
+        ``progress(done, total)`` is called before every step (e.g. to print signs of life).
         """
         offsets = self.offsets().to(device)
         total = int(offsets.max())
         for s in range(total):
+            if progress is not None:
+                progress(s, total)
             if s > 0:
                 starting = (offsets == total - s).nonzero().squeeze(1)
                 if len(starting):

@@ -8,6 +8,7 @@ every episode that ended this step, taken before the autoreset.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from locomotion.sim.backend import SimBackend, make_backend, resolve_device
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.robot_spec import RobotSpec, load_robot_spec
 from locomotion.sim.terrain import TerrainGrid, make_terrain
+from locomotion.sim.threads import plan_threads
 
 Obs = dict[str, torch.Tensor]
 
@@ -103,7 +105,15 @@ class LocomotionEnv:
                                       int(cfg.rollout_length), cfg.reset.get("num_groups"),
                                       cfg.reset.get("warmup", "zero"))
         self.phase = PhaseHistogram(device=device)
-        self.sim = make_backend(cfg.sim, self.model, self.num_envs, device)  # last: owns threads
+        # Thread counts before the backend starts its pool (sim.nthread, torch_threads: null
+        # chooses); a user's settings that oversubscribe the cores get a warning.
+        self.threads = plan_threads(cfg.sim.get("nthread"), cfg.get("torch_threads"),
+                                    cpu_physics=cfg.sim.backend == "native")
+        if self.threads.warning:
+            warnings.warn(self.threads.warning, stacklevel=2)
+        torch.set_num_threads(self.threads.torch)
+        self.sim = make_backend(cfg.sim, self.model, self.num_envs, device,  # last: owns threads
+                                nthread=self.threads.physics or None)
         self.num_actions = self.spec.num_actions
         self.action_clip = float(cfg.task.action_clip)
         self._actuator_ids = torch.as_tensor(self.layout.actuator_ids, device=device)
@@ -143,17 +153,19 @@ class LocomotionEnv:
     def observation_sizes(self) -> dict[str, int]:
         return {k: v.shape[1] for k, v in self.obs.items()}
 
-    def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None) -> Obs:
+    def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Obs:
         """Reset every env and apply the reset schedule; returns (a copy of) the first obs.
 
         ``staggered`` steps the batch with the warm-up policy so that each group enters
         training ``offset`` steps into an episode; ``warmup_policy`` is used when the
-        schedule's warm-up is ``policy``.
+        schedule's warm-up is ``policy``; ``progress(done, total)`` hears of every warm-up step.
         """
         all_ids = torch.arange(self.num_envs, device=self.device)
         self._reset_envs(all_ids)
         if self.schedule.prewarm:
-            self._prewarm(warmup_policy)  # counters advance with the states (and restart on falls)
+            # counters advance with the states (and restart on falls)
+            self._prewarm(warmup_policy, progress)
         else:
             self.episode_length[:] = self.schedule.initial_counters(self.gen)
         for v in self._episode_sums.values():
@@ -318,7 +330,8 @@ class LocomotionEnv:
         for k, v in fresh.items():
             obs[k][env_ids] = v
 
-    def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None) -> None:
+    def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         """Run the reset schedule's warm-up, simulating only the groups that have started."""
         shape = (self.num_envs, self.num_actions)
 
@@ -330,7 +343,7 @@ class LocomotionEnv:
             finally:
                 self._sim_count = None
 
-        self.schedule.warm_up(self._reset_envs, step, self.device)
+        self.schedule.warm_up(self._reset_envs, step, self.device, progress)
 
     def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:
         sums = self._episode_sums

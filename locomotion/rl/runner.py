@@ -35,6 +35,25 @@ from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
 from locomotion.tasks import make_env
 
+SIGN_OF_LIFE_S = 10.0  # seconds without a line that a run never goes when not on a terminal
+
+
+class Every:
+    """True once every ``seconds`` (wall clock) when called; ``reset()`` restarts the wait."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.reset()
+
+    def reset(self) -> None:
+        self._last = time.monotonic()
+
+    def __call__(self) -> bool:
+        if time.monotonic() - self._last < self.seconds:
+            return False
+        self.reset()
+        return True
+
 
 class TrainingHook(Protocol):
     """Code that rides along with training, e.g. the multitask scheduler: it sees every
@@ -217,7 +236,17 @@ class Runner:
     # ------------------------------------------------------------------ training
     def start(self) -> None:
         """Reset the env through its reset schedule (the staggered warm-up happens here)."""
-        self.env.reset(warmup_policy=lambda obs: self.policy.act_inference(obs["policy"]))
+        progress = None
+        if self.is_main and self.env.schedule.prewarm:
+            due = Every(SIGN_OF_LIFE_S)
+
+            def progress(done: int, total: int) -> None:
+                if done == 0 or due():
+                    print(f"warm-up: step {done}/{total} of the staggered start "
+                          f"({self.env.num_envs} envs)", flush=True)
+
+        self.env.reset(warmup_policy=lambda obs: self.policy.act_inference(obs["policy"]),
+                       progress=progress)
         self._started = True
 
     def learn(self, num_iterations: int,
@@ -355,9 +384,13 @@ class Runner:
                 yield show
             finally:
                 bar.close()
-        else:
+        else:  # a line for the first iteration, then every ``every`` or SIGN_OF_LIFE_S seconds
+            due, first_iteration = Every(SIGN_OF_LIFE_S), self.iteration + 1
+
             def show(stats: dict) -> None:
-                if stats["iteration"] % every == 0:
+                first = stats["iteration"] == first_iteration
+                if first or stats["iteration"] % every == 0 or due():
+                    due.reset()
                     print(summary_line(stats), flush=True)
 
             yield show
@@ -374,7 +407,12 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
     """
     if dist is not None:
         cfg = dist.rank_config(cfg)
+    start = time.perf_counter()
     env = make_env(cfg)
+    if dist is None or dist.is_main:
+        print(f"env: {env.num_envs} envs of {env.spec.name} on {cfg.task.name}, "
+              f"{cfg.sim.backend} physics on {env.device} ({env.threads.describe()}), built "
+              f"in {time.perf_counter() - start:.1f} s", flush=True)
     try:
         runner = Runner(env, cfg, log_dir=run_dir, dist=dist,
                         hooks=hooks(env, cfg, dist) if hooks else None)

@@ -56,13 +56,14 @@ class SimBackend(Protocol):
     def close(self) -> None: ...
 
 
-def make_backend(cfg: DictConfig, model, num_envs: int,
-                 device: torch.device | str = "cpu") -> SimBackend:
-    """The physics backend named by ``cfg.backend``, holding its state on ``device``."""
+def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | str = "cpu",
+                 nthread: int | None = None) -> SimBackend:
+    """The physics backend named by ``cfg.backend``, holding its state on ``device``;
+    ``nthread`` (native) overrides ``cfg.nthread``."""
     if cfg.backend == "native":
         if torch.device(device).type != "cpu":
             raise ValueError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
-        return NativeBackend(model, num_envs, nthread=cfg.get("nthread"))
+        return NativeBackend(model, num_envs, nthread=nthread or cfg.get("nthread"))
     if cfg.backend == "warp":
         from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
 

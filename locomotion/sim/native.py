@@ -12,12 +12,13 @@ every rollout also takes each world's ``xfrc_applied``.
 from __future__ import annotations
 
 import copy
-import os
 
 import mujoco
 import numpy as np
 import torch
 from mujoco import rollout
+
+from locomotion.sim.threads import usable_cores
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 _CTRL = mujoco.mjtState.mjSTATE_CTRL.value
@@ -41,7 +42,7 @@ class NativeBackend:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.timestep = float(model.opt.timestep)
-        self.nthread = nthread or os.cpu_count() or 1
+        self.nthread = nthread or usable_cores()
         self._pool = rollout.Rollout(nthread=self.nthread if self.nthread > 1 else 0)
         self._datas = [mujoco.MjData(model) for _ in range(max(self.nthread, 1))]
         self.models: list[mujoco.MjModel] = [model] * num_envs
@@ -196,13 +197,16 @@ class NativeBackend:
         self._by_params = {k: m for k, m in self._by_params.items() if id(m) in used}
 
     def state_dict(self) -> dict:
-        """Physics state of every world. Per-world model fields are not included: whoever
-        set them (the env's randomizer) keeps them and sets them again on load, so a
-        checkpoint never holds N copies of the model."""
-        return {"state": self._state.copy(), "sensordata": self._sensor.copy(),
-                "xfrc": self._xfrc.copy()}
+        """Physics state of every world, as float64 tensors (checkpoints hold tensors only).
+        Per-world model fields are not included: whoever set them (the env's randomizer)
+        keeps them and sets them again on load, so a checkpoint never holds N copies of the
+        model."""
+        return {k: torch.from_numpy(v.copy()) for k, v in
+                (("state", self._state), ("sensordata", self._sensor), ("xfrc", self._xfrc))}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``'s tensors (numpy arrays are accepted too)."""
+        state = {k: np.asarray(v, dtype=np.float64) for k, v in state.items()}
         if state["state"].shape != self._state.shape:
             raise ValueError(f"physics state of shape {state['state'].shape} does not fit "
                              f"this backend's {self._state.shape}")
