@@ -211,3 +211,45 @@ def test_suite_commands_hold_for_policies_trained_with_heading_commands():
     env_cfg = batch_config(policy, plan_batches(suite.conditions({}).values(), "fast")[0],
                            suite, 4, 0, NATIVE, "cpu")
     assert cfg.task.commands.heading and not env_cfg.task.commands.get("heading")
+
+
+def test_actuator_velocities_follow_tendons_as_well_as_joints():
+    """The dm_control quadruped drives 16 joints with 12 actuators, 8 of them on tendons
+    coupling several joints: the layout's moment arms give MuJoCo's actuator velocities."""
+    import mujoco
+    import numpy as np
+
+    env = make_env(load_config("env", ["robot=dmc_quadruped", "num_envs=1"]))
+    try:
+        model, layout = env.model, env.layout
+        assert layout.actuator_moment.shape == (12, model.nv)
+        data = mujoco.MjData(model)
+        data.qvel[:] = np.random.default_rng(0).normal(size=model.nv)
+        mujoco.mj_forward(model, data)
+        np.testing.assert_allclose(layout.actuator_moment @ data.qvel,
+                                   data.actuator_velocity[layout.actuator_ids], atol=1e-12)
+    finally:
+        env.close()
+
+
+def test_evaluates_a_checkpoint_of_a_robot_with_fewer_actuators_than_joints(tmp_path):
+    """robot=dmc_quadruped: energy sums actuator force x actuator velocity (12 of each), not
+    actuator forces against the 16 joint velocities."""
+    from locomotion.rl.runner import Runner
+
+    cfg = load_config("train", [
+        "robot=dmc_quadruped", "num_envs=16", "algo.num_steps=8", "reset=sync",
+        "task.episode_length_s=0.5", "algo.policy.actor_hidden_dims=[32,32]",
+        "algo.policy.critic_hidden_dims=[32,32]", "logging.tensorboard=false"])
+    runner = Runner(make_env(cfg), cfg, log_dir=tmp_path / "dmc")
+    try:
+        runner.learn(1)
+    finally:
+        runner.env.close()
+    policy = load_policy(runner.checkpoint_path, label="dmc")
+    suite = tiny_suite({"push": [0.0, 1.0]}, episodes_per_level=4, max_envs=8,
+                       episode_length_s=1.0)
+    report, _ = evaluate([policy], suite, seed=0, sim=NATIVE)
+    rows = report["sweeps"]["push"]["policies"]["dmc"]["levels"]
+    assert [r["episodes"] for r in rows] == [4, 4]
+    assert all(0 < r["cost_of_transport"] < float("inf") for r in rows)

@@ -54,7 +54,7 @@ class Episodes:
     lin_vel_error: torch.Tensor  # m/s, per-episode mean of the planar tracking error
     yaw_error: torch.Tensor  # rad/s, per-episode mean
     distance: torch.Tensor  # m, base displacement in the plane, spawn to end
-    energy: torch.Tensor  # J, sum over steps of sum_j |tau_j qdot_j| dt
+    energy: torch.Tensor  # J, sum over steps of sum_a |force_a velocity_a| dt (actuators)
     mass: torch.Tensor  # kg, the robot's total mass (payload included)
     pushed: torch.Tensor  # bool: the episode was pushed
     recovery: torch.Tensor  # s after the push until tracking and upright again; nan: never

@@ -134,6 +134,9 @@ class BatchRunner:
                 f"replay env makes {env.observation_sizes['policy']}")
         self.policy = policy.to(env.device)
         self.dt = env.control_dt
+        qvel = env.sim.qvel  # actuator velocities are qvel @ moment.T (see _power)
+        self._moment = torch.as_tensor(env.layout.actuator_moment, dtype=qvel.dtype,
+                                       device=qvel.device)
         self.push_step = round(float(cfg.push.time_s) / self.dt)
         rec = cfg.recovery
         self.recovery = (float(rec.lin_vel_error), float(rec.max_tilt),
@@ -276,10 +279,13 @@ class BatchRunner:
     # The few state columns the metrics need, read straight from the backend: the task's
     # full World (every sensor converted to float32) would cost more than the metrics.
     def _power(self) -> torch.Tensor:
-        """Mechanical power sum_j |tau_j qdot_j| of every env [N], W."""
+        """Mechanical power sum_a |f_a v_a| of every env [N], W: each actuator's force times
+        the velocity of what it drives (a joint, or a tendon coupling several on the
+        dm_control quadruped, whose 12 actuators move 16 joints)."""
         sim, task = self.env.sim, self.env.task
-        torque = sim.sensordata[:, task.torque_cols]
-        return (torque * sim.qvel[:, task.joint_qvel]).abs().sum(1).float()
+        force = sim.sensordata[:, task.torque_cols]
+        velocity = sim.qvel @ self._moment.T
+        return (force * velocity).abs().sum(1).float()
 
     def _tracking(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Planar velocity error against the command (body frame) [N] and tilt [N], rad."""

@@ -65,6 +65,11 @@ class ModelLayout:
     actuator_ids: np.ndarray  # [A] ctrl index per spec actuator, in action order
     default_ctrl: np.ndarray  # [A]
     sensors: dict[str, slice]  # sensor name -> slice of sensordata
+    # [A, nv] each spec actuator's transmission: its velocity is actuator_moment @ qvel, its
+    # mechanical power force * velocity. Exact for joint and fixed-tendon transmissions (the
+    # robots here: Go1's joints, the dm_control quadruped's tendons coupling 3 joints); taken
+    # at qpos0 for transmissions that vary with the pose (spatial tendons, sites).
+    actuator_moment: np.ndarray
 
     def columns(self, names: list[str] | tuple[str, ...]) -> np.ndarray:
         """Sensordata columns of several sensors, concatenated in order."""
@@ -213,12 +218,25 @@ def _layout(model: mujoco.MjModel, spec: RobotSpec) -> ModelLayout:
         default_ctrl = np.asarray(spec.default_pose)
     else:
         default_ctrl = np.zeros(len(spec.actuators))
+    actuator_ids = np.array([model.actuator(n).id for n in spec.actuators])
     return ModelLayout(
         nq=model.nq, nv=model.nv, nu=model.nu,
         joint_qpos=model.jnt_qposadr[jids].copy(),
         joint_qvel=model.jnt_dofadr[jids].copy(),
         joint_range=model.jnt_range[jids].copy(),
-        actuator_ids=np.array([model.actuator(n).id for n in spec.actuators]),
+        actuator_ids=actuator_ids,
         default_ctrl=default_ctrl,
         sensors=sensors,
+        actuator_moment=_actuator_moment(model)[actuator_ids],
     )
+
+
+def _actuator_moment(model: mujoco.MjModel) -> np.ndarray:
+    """Every actuator's moment arm on every DOF [nu, nv], at qpos0."""
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    moment = np.zeros((model.nu, model.nv))
+    if model.nu:
+        mujoco.mju_sparse2dense(moment, data.actuator_moment, data.moment_rownnz,
+                                data.moment_rowadr, data.moment_colind)
+    return moment
