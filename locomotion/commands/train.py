@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from locomotion.export import export_checkpoint, missing_export_packages
 from locomotion.multitask import training_hooks
 from locomotion.rl.distributed import Distributed, run_dir_overrides
-from locomotion.rl.runner import run_training
+from locomotion.rl.runner import DivergenceError, run_training
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="train", version_base="1.3")
@@ -46,6 +46,11 @@ def train(cfg: DictConfig) -> None:
         if dist is None or dist.is_main:
             print(interrupted_lines(run_dir), flush=True)
         sys.exit(130)
+    except DivergenceError as e:  # the runner has written its checkpoint
+        finished = True  # every rank stopped at the same iteration
+        if dist is None or dist.is_main:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     finally:
         if dist is not None:
             dist.close(finished)

@@ -153,6 +153,12 @@ class LocomotionEnv:
     def observation_sizes(self) -> dict[str, int]:
         return {k: v.shape[1] for k, v in self.obs.items()}
 
+    @property
+    def physics_warnings(self) -> dict[str, int]:
+        """MuJoCo's warnings since the env was made, by kind ("Nan, Inf or huge value in
+        QACC"): the native backend counts them instead of printing each; none on Warp."""
+        return dict(getattr(self.sim, "warnings", {}))
+
     def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None,
               progress: Callable[[int, int], None] | None = None) -> Obs:
         """Reset every env and apply the reset schedule; returns (a copy of) the first obs.

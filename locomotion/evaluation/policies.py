@@ -141,6 +141,8 @@ def _torchscript_sidecar(path: Path) -> dict | None:
 
 def _load_torchscript(path: Path, label: str) -> Policy:
     sidecar = _check_sidecar(_torchscript_sidecar(path), path)
+    # TorchScript is a program (no weights_only mode): load it only from trusted sources;
+    # ONNX is the format to exchange (docs/deployment.md).
     module = torch.jit.load(str(path), map_location="cpu").eval()
 
     @torch.inference_mode()

@@ -121,7 +121,8 @@ def merge_rank_statistics(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One iteration's statistics for the whole group from every rank's own.
 
     Each entry holds ``losses``, ``episodes`` (means over the rank's finished episodes with
-    their ``count``), ``histogram`` (normalized phase histogram), ``steps`` and ``diverged``.
+    their ``count``), ``histogram`` (normalized phase histogram), ``steps``, ``diverged``
+    and optionally ``warnings`` (MuJoCo's warnings).
     """
     losses = {k: sum(r["losses"][k] for r in ranks) / len(ranks) for k in ranks[0]["losses"]}
     finished = [r["episodes"] for r in ranks if r["episodes"].get("count", 0) > 0]
@@ -138,7 +139,8 @@ def merge_rank_statistics(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     uniformity = float(-(nonzero * nonzero.log()).sum() / math.log(len(histogram)))
     return {"losses": losses, "episodes": episodes, "histogram": histogram,
             "uniformity": uniformity, "steps": steps,
-            "diverged": sum(int(r["diverged"]) for r in ranks)}
+            "diverged": sum(int(r["diverged"]) for r in ranks),
+            "warnings": sum(int(r.get("warnings", 0)) for r in ranks)}
 
 
 class Distributed:

@@ -10,6 +10,10 @@ Under torchrun (``locomotion.rl.distributed``) every rank runs this loop on its 
 gradients, the KL and normalizer statistics are averaged across ranks, rank 0 alone logs,
 and checkpoints are collective: rank 0 gathers every rank's env state and RNG states into
 one file, and on resume reads it and hands each rank its share.
+
+A run whose physics keeps diverging stops (``divergence`` in configs/train.yaml): after
+``patience`` iterations in a row in which more than ``max_fraction`` of the env steps
+diverged, the runner writes its checkpoint and raises ``DivergenceError``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +32,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.rl.actor_critic import build_policy
-from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from locomotion.rl.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    remove_stale_temporary_files,
+    save_checkpoint,
+)
 from locomotion.rl.distributed import Distributed, to_cpu
 from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
@@ -53,6 +62,70 @@ class Every:
             return False
         self.reset()
         return True
+
+
+class DivergenceError(RuntimeError):
+    """Training stopped because the physics of most envs kept diverging (non-finite state)."""
+
+
+class DivergenceGuard:
+    """Stops a run whose physics keeps blowing up (``divergence`` in configs/train.yaml).
+
+    An iteration counts as diverging when more than ``max_fraction`` of its env steps
+    diverged: a world's physics went non-finite (or MuJoCo's instability guard reset it)
+    during a step, after which that env is reset; an env that diverges at every step counts
+    once per step. ``patience`` such iterations in a row stop the run; ``max_fraction: 1.0``
+    never does.
+    """
+
+    KEYS = ("max_fraction", "patience")
+
+    def __init__(self, max_fraction: float = 0.5, patience: int = 5):
+        if isinstance(max_fraction, bool) or not isinstance(max_fraction, int | float) \
+                or not 0.0 <= max_fraction <= 1.0:
+            raise ValueError(f"divergence.max_fraction must be a number in [0, 1] (the share "
+                             f"of an iteration's env steps that may diverge), got "
+                             f"{max_fraction!r}")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"divergence.patience must be an integer >= 1 (iterations in a "
+                             f"row above divergence.max_fraction), got {patience!r}")
+        self.max_fraction = float(max_fraction)
+        self.patience = patience
+        self.streak = 0  # diverging iterations in a row so far
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig | Mapping | None) -> DivergenceGuard:
+        """The guard of a config's ``divergence`` section (defaults when there is none)."""
+        if cfg is None:
+            return cls()
+        given = dict(cfg)
+        unknown = sorted(set(given) - set(cls.KEYS))
+        if unknown:
+            raise ValueError(f"divergence has no setting {unknown}; valid: {list(cls.KEYS)}")
+        return cls(**given)
+
+    def update(self, diverged: int, steps: int) -> bool:
+        """Record an iteration; True when the run should stop."""
+        over = self.max_fraction < 1.0 and diverged > self.max_fraction * max(steps, 1)
+        self.streak = self.streak + 1 if over else 0
+        return self.streak >= self.patience
+
+    def error(self, stats: dict, checkpoint: Path | None) -> DivergenceError:
+        """The error that stops the run after ``stats``' iteration, naming the checkpoint."""
+        warned = stats.get("physics_warnings") or {}
+        mujoco = "; MuJoCo warned " + ", ".join(
+            f"{n} x '{kind}'" for kind, n in Counter(warned).most_common(3)) if warned else ""
+        where = (f"checkpoint of iteration {stats['iteration']}: {checkpoint}"
+                 if checkpoint is not None else "no checkpoint (the runner has no log_dir)")
+        return DivergenceError(
+            f"training stopped at iteration {stats['iteration']}: the physics diverged in "
+            f"{stats['diverged_fraction']:.0%} of the env steps ({stats['diverged']} of "
+            f"{stats['steps']}) for {self.streak} iterations in a row "
+            f"(divergence.max_fraction={self.max_fraction:g}, "
+            f"divergence.patience={self.patience}){mujoco}. Likely causes: PD gains too stiff "
+            "for the time step (the robot spec's kp/kd and torque_limits), unrealistic masses "
+            "or inertias in the MJCF, or solver settings (solver.timestep, "
+            f"solver.integrator, solver.iterations). {where}")
 
 
 class TrainingHook(Protocol):
@@ -112,7 +185,10 @@ class Runner:
         self.log = (TrainingLog(self.log_dir, cfg.logging)
                     if self.log_dir and self.is_main else None)
         self.hooks: dict[str, TrainingHook] = dict(hooks or {})
+        self.divergence = DivergenceGuard.from_config(cfg.get("divergence"))
         self._started = False
+        if self.log_dir and self.is_main:  # left by a process killed while saving
+            remove_stale_temporary_files(self.checkpoint_path.parent)
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -255,6 +331,8 @@ class Runner:
 
         Ctrl-C (or SIGTERM) stops after writing a checkpoint, then re-raises.
         ``should_stop(runner, stats)`` may end training early (e.g. once a goal is met).
+        Physics that keeps diverging (``DivergenceGuard``) stops after writing a checkpoint
+        and raises ``DivergenceError``.
         Distributed, the exit checkpoint is written only when training ends normally (a
         checkpoint is collective and a failing group may have lost a rank): an interrupted
         or failed group loses at most ``logging.save_interval`` iterations.
@@ -264,6 +342,8 @@ class Runner:
         save_every = int(self.cfg.logging.save_interval)
         target = self.iteration + num_iterations
         finished = False
+        diverged: DivergenceError | None = None
+        self.divergence.streak = 0
         with sigterm_as_interrupt(), self._progress(num_iterations) as progress:
             try:
                 while self.iteration < target:
@@ -271,16 +351,25 @@ class Runner:
                     progress(stats)
                     if self.log_dir and self.iteration % save_every == 0:
                         self.save()
+                    # the group's statistics: every rank stops at the same iteration
+                    if self.divergence.update(stats["diverged"], stats["steps"]):
+                        diverged = self.divergence.error(
+                            stats, self.checkpoint_path if self.log_dir else None)
+                        break
                     if should_stop is not None and should_stop(self, stats):
                         break
                 finished = True
             finally:
                 if self.log_dir and (self.dist is None or finished):
                     self.save()
+        if diverged is not None:
+            raise diverged
 
     def train_iteration(self) -> dict:
         """Collect one rollout and update; returns the iteration's statistics."""
         start = time.perf_counter()
+        diverged_before = self.env.diverged_count
+        warned_before = Counter(getattr(self.env, "physics_warnings", {}))
         timing, episodes = self._collect()
         t0 = time.perf_counter()
         self.ppo.compute_returns(self.storage, self.env.obs["critic"])
@@ -295,17 +384,23 @@ class Runner:
         timing["learn"] = time.perf_counter() - t0
         steps = self.num_steps * self.env.num_envs
         histogram, uniformity = self.env.phase.pop()
-        diverged = self.env.diverged_count
+        diverged = self.env.diverged_count - diverged_before
+        # MuJoCo's warnings in this iteration, by kind (counted by the backend, not printed)
+        warned = Counter(getattr(self.env, "physics_warnings", {}))
+        warned.subtract(warned_before)
+        warned = {k: n for k, n in warned.items() if n > 0}
+        warnings = sum(warned.values())
         comm = {}
         if self.dist is not None:  # the group's statistics, identical on every rank
             comm = {"comm_s": self.dist.pop_comm_time()}
             group = self.dist.reduce_statistics({
                 "losses": losses, "episodes": episodes, "histogram": histogram,
-                "steps": steps, "diverged": diverged})
+                "steps": steps, "diverged": diverged, "warnings": warnings})
             losses = {**losses, **group["losses"]}
             episodes, histogram, uniformity = (group["episodes"], group["histogram"],
                                                group["uniformity"])
             steps, diverged = group["steps"], group["diverged"]
+            warnings = group.get("warnings", warnings)
         hooked = {k: v for hook in self.hooks.values()
                   for k, v in hook.end_iteration(self.iteration, timing["sim"]).items()}
         wall = time.perf_counter() - start
@@ -322,7 +417,11 @@ class Runner:
             "episodes": episodes,
             "phase_histogram": histogram,
             "phase_uniformity": uniformity,
-            "diverged": diverged,
+            "steps": steps,  # env steps of this iteration (the group's, distributed)
+            "diverged": diverged,  # env steps of this iteration that diverged
+            "diverged_fraction": diverged / max(steps, 1),
+            "physics_warnings": warned,  # by kind, this rank's
+            "warnings": warnings,  # MuJoCo's warnings in this iteration (the group's)
             "hooks": hooked,
             **comm,
         }
@@ -459,7 +558,10 @@ def summary_line(stats: dict, short: bool = False) -> str:
             + (f" (comm {stats['comm_s']:.2f}s)" if "comm_s" in stats else "")
             + f" | lr {stats['losses']['learning_rate']:.1e}"
             + f" std {stats['losses']['action_std']:.2f}"
-            + f" phase-unif {stats['phase_uniformity']:.2f}")
+            + f" phase-unif {stats['phase_uniformity']:.2f}"
+            + (f" | diverged {stats['diverged_fraction']:.0%} of steps, "
+               f"{stats.get('warnings', 0)} MuJoCo warnings"
+               if stats.get("diverged") or stats.get("warnings") else ""))
 
 
 @contextlib.contextmanager

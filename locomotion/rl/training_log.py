@@ -48,7 +48,9 @@ class TrainingLog:
             "Perf/wall_s": stats["wall_s"],
             "Perf/learn_fraction": t["learn"] / total,
             "Train/phase_uniformity": stats["phase_uniformity"],
-            "Train/diverged_envs": stats["diverged"],
+            "Train/diverged_envs": stats["diverged"],  # env steps that diverged, this iteration
+            "Train/diverged_fraction": stats.get("diverged_fraction", 0.0),
+            "Train/mujoco_warnings": stats.get("warnings", 0),  # counted, never printed
             **{f"Perf/time_{k}": v for k, v in t.items()},
             **{f"Loss/{k}": v for k, v in stats["losses"].items()},
             **{f"Episode/{k}": v for k, v in stats["episodes"].items()},

@@ -7,11 +7,17 @@ with equal parameters share one ``MjModel``: a world's model is read at every ph
 and a copy per world does not stay in the core's cache the way a few shared ones do.
 Wrenches held on bodies (``apply_force``) ride along as controls: once the first is applied,
 every rollout also takes each world's ``xfrc_applied``.
+
+MuJoCo's warnings during a step ("Nan, Inf or huge value in QACC ...", a full constraint
+buffer) are counted by kind in ``warnings`` instead of being printed one by one to the
+terminal and appended to ``MUJOCO_LOG.TXT``: a diverging batch raises thousands per second.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+from collections import Counter
 
 import mujoco
 import numpy as np
@@ -23,6 +29,13 @@ from locomotion.sim.threads import usable_cores
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 _CTRL = mujoco.mjtState.mjSTATE_CTRL.value
 _CTRL_XFRC = _CTRL | mujoco.mjtState.mjSTATE_XFRC_APPLIED.value
+
+
+def warning_kind(message: str) -> str:
+    """What a MuJoCo warning says, without the DOF, the time and the advice:
+    "Nan, Inf or huge value in QACC at DOF 6. The simulation is unstable. Time = 0.0050." is
+    "Nan, Inf or huge value in QACC"."""
+    return re.split(r" at DOF | Time = |\. ", message.strip(), maxsplit=1)[0].rstrip(".")
 
 
 def state_offsets(model: mujoco.MjModel) -> dict[str, int]:
@@ -73,6 +86,11 @@ class NativeBackend:
                               ("diverged", self._diverged))
         }
         self._sens_t = torch.from_numpy(self._sensor)
+        self.warnings: Counter[str] = Counter()  # MuJoCo's warnings by kind, never printed
+
+    def _count_warning(self, message: str) -> None:
+        # called by MuJoCo from the rollout threads (holding the GIL)
+        self.warnings[warning_kind(message)] += 1
 
     @property
     def state(self) -> np.ndarray:
@@ -126,10 +144,15 @@ class NativeBackend:
         expected = state[:, 0] + nsubsteps * self.timestep
         # An explicit (zero) warm start: otherwise each thread's MjData carries the solver
         # warm start of whichever world it stepped last, and results depend on scheduling.
-        self._pool.rollout(self.models[:n], self._datas, state, self._ctrl[:n],
-                           control_spec=self._control_spec, skip_checks=True, nstep=nsubsteps,
-                           initial_warmstart=self._warmstart[:n], state=self._out[:n],
-                           sensordata=self._sensor[:n])
+        previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(self._count_warning)  # count, do not print
+        try:
+            self._pool.rollout(self.models[:n], self._datas, state, self._ctrl[:n],
+                               control_spec=self._control_spec, skip_checks=True,
+                               nstep=nsubsteps, initial_warmstart=self._warmstart[:n],
+                               state=self._out[:n], sensordata=self._sensor[:n])
+        finally:
+            mujoco.set_mju_user_warning(previous)
         state[:] = self._out[:n, -1]
         # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
         # any non-finite value the guard let through.
