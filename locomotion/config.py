@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
@@ -12,6 +14,24 @@ import locomotion.configs
 
 # The config tree ships inside the package (the repository's configs/ folder).
 CONFIG_DIR = Path(locomotion.configs.__file__).resolve().parent
+
+
+def robot_name(spec: str | None = None, *, _root_: DictConfig | None = None) -> str:
+    """``spec`` (by default the config's ``robot.spec``) as a folder name: a robot's name, or
+    for the path of a spec file the ``name`` it gives (its file stem when unreadable), in the
+    characters [A-Za-z0-9_.-]. The run folders' ``${robot_name:}``."""
+    name = str(spec if spec is not None else _root_.robot.spec)
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            name = str(yaml.safe_load(path.read_text())["name"])
+        except Exception:  # noqa: BLE001  (the run reports a bad spec; the name only falls back)
+            name = path.stem
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._-") or "robot"
+
+
+if not OmegaConf.has_resolver("robot_name"):
+    OmegaConf.register_new_resolver("robot_name", robot_name)
 
 
 def load_config(name: str = "env", overrides: list[str] | None = None) -> DictConfig:

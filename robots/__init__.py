@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from locomotion.config_checks import ConfigError
+
 ROBOTS_DIR = Path(__file__).resolve().parent
 
 
@@ -17,6 +19,6 @@ def resolve_policy_path(path: str | Path) -> Path:
     robot, _, file = text[len(PRETRAINED):].partition("/")
     shipped = sorted(p.parent.name for p in ROBOTS_DIR.glob("*/pretrained"))
     if robot not in shipped:
-        raise FileNotFoundError(f"no pretrained policy for robot {robot!r}; shipped: "
-                                f"{[PRETRAINED + r for r in shipped]}")
+        raise ConfigError(f"no pretrained policy for robot {robot!r} ({text}); shipped: "
+                          f"{[PRETRAINED + r for r in shipped]}")
     return ROBOTS_DIR / robot / "pretrained" / (file or "checkpoint.pt")

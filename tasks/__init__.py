@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig
 
+from locomotion.config_checks import ConfigError
 from locomotion.envs.vec_env import EpisodeHook, LocomotionEnv, TaskFactory
 from locomotion.tasks.subtasks import SubtaskSet
 from locomotion.tasks.velocity import VelocityTask
@@ -25,7 +26,7 @@ TASKS: dict[str, TaskFactory] = {
 def task_class(name: str) -> TaskFactory:
     """The task registered under ``name``; an unknown name lists the valid ones."""
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}")
+        raise ConfigError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}")
     return TASKS[name]
 
 

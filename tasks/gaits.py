@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from locomotion.config_checks import ConfigError
+
 FREE = -1  # gait index of an env that walks as it likes
 DRAW = -2  # an env whose gait is drawn from ``sample`` at each reset
 
@@ -26,7 +28,7 @@ class GaitClock:
         offsets = [list(cfg.offsets[n]) for n in self.names]
         bad = [n for n, o in zip(self.names, offsets, strict=True) if len(o) != num_feet]
         if bad:
-            raise ValueError(f"gait offsets of {bad} need one value per foot ({num_feet})")
+            raise ConfigError(f"gait offsets of {bad} need one value per foot ({num_feet})")
         self.offsets = torch.tensor(offsets, dtype=torch.float32, device=device)
         self.frequency_range = tuple(float(f) for f in cfg.frequency)
         self.duty = float(cfg.duty)
@@ -43,7 +45,7 @@ class GaitClock:
         if name == "free":
             return FREE
         if name not in self.names:
-            raise ValueError(f"unknown gait {name!r}; valid: {['free', *self.names]}")
+            raise ConfigError(f"unknown gait {name!r}; valid: {['free', *self.names]}")
         return self.names.index(name)
 
     def assign(self, env_ids: torch.Tensor, gaits: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from locomotion.config_checks import ConfigError
 from locomotion.tasks.world import World
 
 if TYPE_CHECKING:
@@ -97,6 +98,6 @@ def gait(task: VelocityTask, w: World, actions: torch.Tensor, rows: Rows):
 def subtask(task: VelocityTask, w: World, actions: torch.Tensor, rows: Rows):
     """One-hot of each env's subtask (multitask runs)."""
     if task.subtask_onehot is None:
-        raise ValueError("observation term 'subtask' needs subtasks: choose task=multitask "
-                         "or a multitask config with subtasks")
+        raise ConfigError("observation term 'subtask' needs subtasks: choose task=multitask "
+                          "or a multitask config with subtasks")
     return task.subtask_onehot[rows]

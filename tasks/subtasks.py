@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from locomotion.config_checks import ConfigError
 from locomotion.tasks.gaits import FREE
 from locomotion.tasks.slots import SubtaskSlots
 
@@ -36,7 +37,7 @@ class Subtask:
 def parse_subtasks(cfg, default_commands, terrain, gaits) -> list[Subtask]:
     """Subtasks of ``cfg.subtasks``, checked against the terrain grid and the gait table."""
     if not cfg.get("subtasks"):
-        raise ValueError("multitask.subtasks is empty; name at least one subtask")
+        raise ConfigError("multitask.subtasks is empty; name at least one subtask")
     terrain_types = sorted(set(terrain.column_types)) if terrain is not None else [FLAT]
     gait_names = ["free", *(gaits.names if gaits is not None else [])]
     top = terrain.levels - 1 if terrain is not None else 0
@@ -46,15 +47,15 @@ def parse_subtasks(cfg, default_commands, terrain, gaits) -> list[Subtask]:
         types = tuple(s.get("terrain", [FLAT]))
         bad = sorted(set(types) - set(terrain_types))
         if bad:
-            raise ValueError(f"{where}: unknown terrain {bad}; this run's terrain grid has "
-                             f"columns of {terrain_types}")
+            raise ConfigError(f"{where}: unknown terrain {bad}; this run's terrain grid has "
+                              f"columns of {terrain_types}")
         gait = s.get("gait", "free")
         if gait not in gait_names:
-            raise ValueError(f"{where}: unknown gait {gait!r}; valid: {gait_names}")
+            raise ConfigError(f"{where}: unknown gait {gait!r}; valid: {gait_names}")
         levels = tuple(int(v) for v in s.get("levels", [0, top]))
         if not 0 <= levels[0] <= levels[1] <= top:
-            raise ValueError(f"{where}: levels {list(levels)} must satisfy 0 <= low <= high "
-                             f"<= {top}")
+            raise ConfigError(f"{where}: levels {list(levels)} must satisfy 0 <= low <= high "
+                              f"<= {top}")
         commands = {**default_commands, **s.get("commands", {})}
         success = s.get("success", {})
         out.append(Subtask(

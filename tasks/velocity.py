@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from omegaconf import DictConfig
 
+from locomotion.config_checks import ConfigError
 from locomotion.sim.backend import SimBackend
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
@@ -71,9 +72,9 @@ class VelocityTask:
         self.heading_fraction = float(steering.fraction) if steering else 0.0
         self.heading_stiffness = float(steering.stiffness) if steering else 0.0
         if not 0.0 <= self.heading_fraction <= 1.0 or self.heading_stiffness < 0:
-            raise ValueError(f"commands.heading needs 0 <= fraction <= 1 and stiffness >= 0, "
-                             f"got fraction {self.heading_fraction}, stiffness "
-                             f"{self.heading_stiffness}")
+            raise ConfigError(f"commands.heading needs 0 <= fraction <= 1 and stiffness >= 0, "
+                              f"got fraction {self.heading_fraction}, stiffness "
+                              f"{self.heading_stiffness}")
         self.heading = torch.zeros(num_envs, device=dev)  # target yaw of steered envs, rad
         self.steered = torch.zeros(num_envs, dtype=torch.bool, device=dev)
         self.gait = GaitClock(cfg.gaits, len(spec.feet), num_envs, generator, dev) \
@@ -93,16 +94,16 @@ class VelocityTask:
         self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
         if unknown:
-            raise ValueError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
+            raise ConfigError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
         gait_terms = {"gait_contact"} & set(self.reward_weights) | {
             "gait" for terms in cfg.observations.values() if "gait" in terms}
         if gait_terms and self.gait is None:
-            raise ValueError(f"{sorted(gait_terms)} need gait commands: add task.gaits")
+            raise ConfigError(f"{sorted(gait_terms)} need gait commands: add task.gaits")
         for group, terms in cfg.observations.items():
             bad = sorted(set(terms) - set(OBSERVATION_TERMS))
             if bad:
-                raise ValueError(f"unknown observation terms {bad} in group {group!r}; "
-                                 f"valid: {sorted(OBSERVATION_TERMS)}")
+                raise ConfigError(f"unknown observation terms {bad} in group {group!r}; "
+                                  f"valid: {sorted(OBSERVATION_TERMS)}")
         self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32, device=dev)
                                for k, v in terms.items()}
                            for g, terms in cfg.observations.items()}
@@ -266,14 +267,14 @@ class VelocityTask:
         used = [g for g, terms in self.obs_scales.items() if "height_scan" in terms]
         if cfg is None:
             if used:
-                raise ValueError(f"observation groups {used} use height_scan but the task has "
-                                 "no height_scan settings (size, spacing, clip, in_policy)")
+                raise ConfigError(f"observation groups {used} use height_scan but the task has "
+                                  "no height_scan settings (size, spacing, clip, in_policy)")
             self.scan_points = None
             return
         (lx, ly), step = (float(v) for v in cfg.size), float(cfg.spacing)
         if not (lx >= 0 and ly >= 0 and step > 0):
-            raise ValueError(f"height_scan size {list(cfg.size)} must be >= 0 and spacing "
-                             f"{step} > 0 (m)")
+            raise ConfigError(f"height_scan size {list(cfg.size)} must be >= 0 and spacing "
+                              f"{step} > 0 (m)")
         xs = torch.linspace(-lx / 2, lx / 2, round(lx / step) + 1)
         ys = torch.linspace(-ly / 2, ly / 2, round(ly / step) + 1)
         self.scan_points = torch.cartesian_prod(xs, ys).to(self.device)

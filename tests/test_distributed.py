@@ -97,7 +97,7 @@ def test_run_directory_is_fixed_per_launch():
     assert run_dir_overrides(["num_envs=8"], {}) == []  # a plain run keeps Hydra's directory
     assert run_dir_overrides(["run_dir=runs/x"], {}) == ["hydra.run.dir=${run_dir}"]
     derived = run_dir_overrides(["num_envs=8"], launch)
-    assert derived == ["run_dir=runs/torchrun_0b5a1c6e_${robot.spec}_${task.name}",
+    assert derived == ["run_dir=runs/torchrun_0b5a1c6e_${robot_name:}_${task.name}",
                        "hydra.run.dir=${run_dir}"]
     assert run_dir_overrides(["num_envs=8"], {**launch, "TORCHELASTIC_RUN_ID": "job 7"})[0] \
         .startswith("run_dir=runs/torchrun_job-7_")

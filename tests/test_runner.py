@@ -140,10 +140,10 @@ def test_bad_config_values_are_clear_errors(tmp_path):
         make_runner(tmp_path, ["algo.policy.activation=swish"])
     bad_key = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "num_env=3"],
                              capture_output=True, text=True, timeout=120)
-    assert bad_key.returncode != 0 and "num_env" in bad_key.stderr
+    assert bad_key.returncode == 2 and "num_env" in bad_key.stderr
     bad_group = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"),
                                 "reset=sometimes"], capture_output=True, text=True, timeout=120)
-    assert bad_group.returncode != 0 and "staggered" in bad_group.stderr
+    assert bad_group.returncode == 2 and "staggered" in bad_group.stderr
 
 
 def test_logged_episode_statistics_leave_out_partial_episodes(tmp_path):

@@ -30,10 +30,18 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
-import onnxruntime as ort
+
+try:
+    import onnxruntime as ort
+except ImportError as e:  # refused with a one-line fix when a policy is loaded
+    ort, _ORT_MISSING = None, e
 
 SIDECAR_FORMAT = "locomotion-policy"
 SIDECAR_VERSION = 1
+SIDECAR_KEYS = ("robot", "files", "policy", "model", "joints", "default_joint_pos",
+                "actuators", "default_ctrl", "action_scale", "action_clip", "control_dt",
+                "solver", "solver_profiles", "feet", "observation", "commands",
+                "episode_length_steps", "init_state", "termination", "foot_contact_sensors")
 
 
 class DeployError(ValueError):
@@ -45,10 +53,25 @@ def load_sidecar(path: Path) -> dict:
     """Read ``policy.json`` and check it is a sidecar this player understands."""
     if not path.is_file():
         raise DeployError(f"sidecar {path} does not exist (pass --json)")
-    sidecar = json.loads(path.read_text())
-    if sidecar.get("format") != SIDECAR_FORMAT or sidecar.get("version") != SIDECAR_VERSION:
+    try:
+        sidecar = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DeployError(f"sidecar {path} is not valid JSON ({e}); export the policy again "
+                          "(locomotion-export) or pass the right file with --json") from None
+    if not isinstance(sidecar, dict) or sidecar.get("format") != SIDECAR_FORMAT \
+            or sidecar.get("version") != SIDECAR_VERSION:
+        found = sidecar if isinstance(sidecar, dict) else {}
         raise DeployError(f"{path} is not a {SIDECAR_FORMAT} v{SIDECAR_VERSION} sidecar "
-                          f"(format {sidecar.get('format')!r}, version {sidecar.get('version')})")
+                          f"(format {found.get('format')!r}, version {found.get('version')})")
+    missing = [k for k in SIDECAR_KEYS if k not in sidecar]
+    if missing:
+        raise DeployError(f"sidecar {path} lacks {missing}; export the policy again "
+                          "(locomotion-export)")
+    for names, values in (("joints", "default_joint_pos"), ("actuators", "default_ctrl")):
+        if len(sidecar[names]) != len(sidecar[values]):
+            raise DeployError(f"sidecar {path} lists {len(sidecar[names])} {names} but "
+                              f"{len(sidecar[values])} {values}; export the policy again "
+                              "(locomotion-export)")
     return sidecar
 
 
@@ -105,10 +128,17 @@ class OnnxPolicy:
     def __init__(self, path: Path, sidecar: dict):
         if not path.is_file():
             raise DeployError(f"policy {path} does not exist")
+        if ort is None:
+            raise DeployError(f"onnxruntime cannot be imported ({_ORT_MISSING}); "
+                              "pip install onnxruntime")
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # one small MLP per control step: threads only add jitter
-        self.session = ort.InferenceSession(str(path), options,
-                                            providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(path), options,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - ONNX Runtime's own types (InvalidProtobuf, ...)
+            raise DeployError(f"{path} is not a loadable ONNX model ({type(e).__name__}: {e}); "
+                              "export the policy again (locomotion-export)") from None
         io = sidecar["policy"]
         self.input, self.output = io["input"], io["output"]
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
@@ -441,11 +471,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def cli() -> None:
-    """The ``locomotion-deploy`` command: a refused file set is a one-line error."""
+    """The ``locomotion-deploy`` command: a refused file set is one line on stderr,
+    ``error: <what; what to do>``, and exit code 2 (as for a bad argument)."""
     try:
         main()
     except DeployError as e:
-        sys.exit(f"error: {e}")
+        print("error: " + " ".join(str(e).split()), file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

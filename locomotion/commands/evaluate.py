@@ -25,10 +25,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.commands.errors import run_app, user_errors
 from locomotion.evaluation.policies import PolicyLoadError, load_policies
 from locomotion.evaluation.report import write_json, write_markdown
 from locomotion.evaluation.robustness import evaluate
-from locomotion.evaluation.suite import Suite, SuiteError
+from locomotion.evaluation.suite import Suite
 
 log = logging.getLogger("evaluate")
 SUITE_GROUP = "eval@suite"  # configs/eval, placed at the config key `suite`
@@ -54,15 +55,13 @@ def _command() -> str:
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="evaluate", version_base="1.3")
+@user_errors
 def evaluate_command(cfg: DictConfig) -> None:
-    try:
-        policies = load_policies(_policy_paths(cfg), cfg.labels and list(cfg.labels))
-        suite_cfg = cfg.suite.copy()
-        if cfg.episodes_per_level is not None:
-            suite_cfg.episodes_per_level = int(cfg.episodes_per_level)
-        suite = Suite(suite_cfg, None if cfg.axes is None else [str(a) for a in cfg.axes])
-    except (PolicyLoadError, SuiteError) as e:
-        sys.exit(f"error: {e}")
+    policies = load_policies(_policy_paths(cfg), cfg.labels and list(cfg.labels))
+    suite_cfg = cfg.suite.copy()
+    if cfg.episodes_per_level is not None:
+        suite_cfg.episodes_per_level = int(cfg.episodes_per_level)
+    suite = Suite(suite_cfg, None if cfg.axes is None else [str(a) for a in cfg.axes])
     if cfg.torch_threads:
         torch.set_num_threads(int(cfg.torch_threads))
     out = Path(cfg.out)
@@ -96,7 +95,7 @@ def evaluate_command(cfg: DictConfig) -> None:
 
 def main() -> None:
     sys.argv = suite_alias(sys.argv)
-    evaluate_command()
+    run_app(evaluate_command)
 
 
 if __name__ == "__main__":

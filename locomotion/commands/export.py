@@ -10,12 +10,18 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from locomotion.commands.errors import run_app, user_errors
 from locomotion.export import export_checkpoint
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@user_errors
+def export(cfg: DictConfig) -> None:
     print(export_checkpoint(cfg.checkpoint, cfg.out, cfg.check).summary())
+
+
+def main() -> None:
+    run_app(export)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from locomotion.commands.errors import run_app, user_errors
 from locomotion.config import replay_config
 from locomotion.evaluation import evaluate_episodes, walks
 from locomotion.evaluation.video import VideoRecorder, renderer_problem
@@ -24,7 +24,8 @@ from locomotion.tasks import make_env
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="play", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+@user_errors
+def play(cfg: DictConfig) -> None:
     data = load_checkpoint(resolve_policy_path(cfg.checkpoint))
     policy = policy_from_checkpoint(data)
     solver = cfg.solver.name if cfg.get("solver") else None
@@ -41,9 +42,14 @@ def main(cfg: DictConfig) -> None:
     env.close()
     metrics["walks"] = walks(metrics)
     print(json.dumps(metrics))
-    if recorder is not None:
-        out = Path(HydraConfig.get().runtime.output_dir) / "play.mp4"
-        print(f"video: {recorder.save(out)}")
+    if recorder is not None:  # the only file play writes: its folder is made for it
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"video: {recorder.save(out / 'play.mp4')}")
+
+
+def main() -> None:
+    run_app(play)
 
 
 if __name__ == "__main__":

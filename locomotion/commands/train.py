@@ -18,6 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from locomotion.commands.errors import run_app, user_errors
 from locomotion.export import export_checkpoint, missing_export_packages
 from locomotion.multitask import training_hooks
 from locomotion.rl.distributed import Distributed, run_dir_overrides
@@ -25,6 +26,7 @@ from locomotion.rl.runner import DivergenceError, run_training
 
 
 @hydra.main(config_path="pkg://locomotion.configs", config_name="train", version_base="1.3")
+@user_errors
 def train(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     dist = Distributed.from_environment(cfg.device)
@@ -96,7 +98,7 @@ def main() -> None:
     # id) becomes Hydra's output directory; resume=<run>/checkpoints/... continues in <run>.
     sys.argv += continue_in_place(sys.argv[1:])
     sys.argv += run_dir_overrides(sys.argv[1:])
-    train()
+    run_app(train)
 
 
 if __name__ == "__main__":

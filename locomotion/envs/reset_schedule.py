@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from locomotion.config_checks import ConfigError
+
 SCHEDULES = ("sync", "random_counter", "staggered")
 WARMUPS = ("zero", "random", "policy")
 
@@ -24,11 +26,11 @@ class ResetSchedule:
     def __init__(self, schedule: str, num_envs: int, horizon: int, rollout_length: int,
                  num_groups: int | None = None, warmup: str = "zero"):
         if schedule not in SCHEDULES:
-            raise ValueError(f"unknown reset schedule {schedule!r}; valid: {list(SCHEDULES)}")
+            raise ConfigError(f"unknown reset schedule {schedule!r}; valid: {list(SCHEDULES)}")
         if warmup not in WARMUPS:
-            raise ValueError(f"unknown warm-up policy {warmup!r}; valid: {list(WARMUPS)}")
+            raise ConfigError(f"unknown warm-up policy {warmup!r}; valid: {list(WARMUPS)}")
         if rollout_length < 1 or horizon < 1:
-            raise ValueError("horizon and rollout_length must be >= 1")
+            raise ConfigError("horizon and rollout_length must be >= 1")
         self.schedule = schedule
         self.num_envs = num_envs
         self.horizon = horizon

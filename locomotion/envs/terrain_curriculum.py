@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
+from locomotion.config_checks import ConfigError
 from locomotion.sim.terrain import TerrainGrid
 
 
@@ -29,8 +30,8 @@ class TerrainCurriculum:
         top = terrain.levels - 1
         max_init = cfg.max_init_level
         if not isinstance(max_init, int) or not 0 <= max_init <= top:
-            raise ValueError(f"terrain.curriculum.max_init_level must be an integer in "
-                             f"[0, {top}] (levels - 1), got {max_init!r}")
+            raise ConfigError(f"terrain.curriculum.max_init_level must be an integer in "
+                              f"[0, {top}] (levels - 1), got {max_init!r}")
         self.promote_distance = float(cfg.promote_distance) * terrain.tile_size
         self.demote_ratio = float(cfg.demote_ratio)
         self.levels = torch.randint(0, max_init + 1, (num_envs,),

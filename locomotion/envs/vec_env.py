@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig
 
+from locomotion.config_checks import ConfigError
 from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
 from locomotion.envs.terrain_curriculum import TerrainCurriculum
@@ -77,7 +78,7 @@ class LocomotionEnv:
         """The env of ``cfg`` running the task ``task_factory`` builds; ``hooks(env)`` names
         the episode hooks to attach (``locomotion.tasks.make_env`` chooses both from cfg)."""
         if cfg.num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
+            raise ConfigError(f"num_envs must be >= 1, got {cfg.num_envs}")
         self.cfg = cfg
         self.num_envs = int(cfg.num_envs)
         self.spec: RobotSpec = load_robot_spec(cfg.robot.spec)
@@ -89,8 +90,8 @@ class LocomotionEnv:
         self.control_dt = float(cfg.task.control_dt)
         self.decimation = round(self.control_dt / self.solver.timestep)
         if abs(self.decimation * self.solver.timestep - self.control_dt) > 1e-9:
-            raise ValueError(f"control_dt {self.control_dt} is not a multiple of the solver "
-                             f"timestep {self.solver.timestep}")
+            raise ConfigError(f"control_dt {self.control_dt} is not a multiple of the solver "
+                              f"timestep {self.solver.timestep}")
         self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
         self.gen = torch.Generator().manual_seed(int(cfg.seed))  # CPU: same draws on any device
         self.device = device = resolve_device(cfg.get("device", "cpu"))

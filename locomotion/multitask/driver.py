@@ -16,6 +16,7 @@ from collections import deque
 
 import torch
 
+from locomotion.config_checks import ConfigError
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
 from locomotion.tasks import subtasks_of
 from locomotion.tasks.subtasks import CHECKS
@@ -43,8 +44,8 @@ class SchedulerDriver:
         self.dist = dist
         self.subtasks = subtasks_of(env)
         if self.subtasks is None:
-            raise ValueError("the multitask scheduler needs an env with subtasks "
-                             "(multitask.subtasks)")
+            raise ConfigError("the multitask scheduler needs an env with subtasks "
+                              "(multitask.subtasks)")
         self.cfg = SchedulerConfig.from_config(cfg)
         self.rank = dist.rank if dist else 0
         self.world = dist.world_size if dist else 1

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from locomotion.config_checks import ConfigError
+
 ALLOCATIONS = ("learning_progress", "uniform", "fixed")
 _STATE = ("recent_successes", "recent_episodes", "long_successes", "long_episodes",
           "episodes", "allocation")
@@ -65,22 +67,22 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"multitask.allocation {self.allocation!r} is not one of "
-                             f"{list(ALLOCATIONS)}")
+            raise ConfigError(f"multitask.allocation {self.allocation!r} is not one of "
+                              f"{list(ALLOCATIONS)}")
         if self.every < 1:
-            raise ValueError(f"multitask.every must be >= 1, got {self.every}")
+            raise ConfigError(f"multitask.every must be >= 1, got {self.every}")
         for name in ("floor", "keep", "stalled", "mastered", "hopeless"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"multitask.{name} must lie in [0, 1], got "
-                                 f"{getattr(self, name)}")
+                raise ConfigError(f"multitask.{name} must lie in [0, 1], got "
+                                  f"{getattr(self, name)}")
         if not 0.0 < self.slow < self.fast <= 1.0:
-            raise ValueError(f"need 0 < slow < fast <= 1, got slow={self.slow}, "
-                             f"fast={self.fast}")
+            raise ConfigError(f"need 0 < slow < fast <= 1, got slow={self.slow}, "
+                              f"fast={self.fast}")
         if any(w < 0 for w in self.weights.values()):
-            raise ValueError(f"multitask.weights must be >= 0, got {self.weights}")
+            raise ConfigError(f"multitask.weights must be >= 0, got {self.weights}")
         if self.noise < 0 or self.patience < 0:
-            raise ValueError(f"multitask.noise and multitask.patience must be >= 0, got "
-                             f"{self.noise} and {self.patience}")
+            raise ConfigError(f"multitask.noise and multitask.patience must be >= 0, got "
+                              f"{self.noise} and {self.patience}")
 
 
 def _variance(successes: torch.Tensor, episodes: torch.Tensor) -> torch.Tensor:
@@ -96,7 +98,7 @@ def split_slots(weights: torch.Tensor, total: int, minimum: torch.Tensor) -> tor
     minimum = minimum.long()
     spare = total - int(minimum.sum())
     if spare < 0:
-        raise ValueError(f"the floors need {int(minimum.sum())} slots but only {total} exist")
+        raise ConfigError(f"the floors need {int(minimum.sum())} slots but only {total} exist")
     w = weights.double().clamp(min=0)
     w = w / w.sum() if w.sum() > 0 else torch.full_like(w, 1.0 / len(w))
     exact = w * spare
@@ -132,22 +134,22 @@ class Scheduler:
 
     def __init__(self, names: list[str], num_slots: int, cfg: SchedulerConfig):
         if not names:
-            raise ValueError("the scheduler needs at least one subtask")
+            raise ConfigError("the scheduler needs at least one subtask")
         self.names = list(names)
         self.cfg = cfg
         self.num_slots = num_slots
         s = len(names)
         self.min_slots = max(1, round(cfg.floor * num_slots))
         if self.min_slots * s > num_slots:
-            raise ValueError(f"{num_slots} env slots cannot give {s} subtasks "
-                             f"{self.min_slots} slots each (multitask.floor={cfg.floor})")
+            raise ConfigError(f"{num_slots} env slots cannot give {s} subtasks "
+                              f"{self.min_slots} slots each (multitask.floor={cfg.floor})")
         unknown = sorted(set(cfg.weights) - set(names))
         if unknown:
-            raise ValueError(f"multitask.weights names unknown subtasks {unknown}; the "
-                             f"subtasks are {self.names}")
+            raise ConfigError(f"multitask.weights names unknown subtasks {unknown}; the "
+                              f"subtasks are {self.names}")
         self.weights = torch.tensor([float(cfg.weights.get(n, 1.0)) for n in names])
         if self.weights.sum() <= 0:
-            raise ValueError(f"multitask.weights gives every subtask weight 0: {cfg.weights}")
+            raise ConfigError(f"multitask.weights gives every subtask weight 0: {cfg.weights}")
         spare = num_slots - self.min_slots * s
         self.base_share = self.min_slots + (spare * self.weights / self.weights.sum()).floor()
         for name in _STATE[:-1]:

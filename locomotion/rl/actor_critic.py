@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Normal
 
+from locomotion.config_checks import ConfigError
 from locomotion.rl.normalizer import EmpiricalNormalizer
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -26,7 +27,7 @@ def make_activation(name: str) -> nn.Module:
         return ACTIVATIONS[name.lower()]()
     except KeyError:
         valid = ", ".join(sorted(ACTIVATIONS))
-        raise ValueError(f"unknown activation {name!r}; valid: {valid}") from None
+        raise ConfigError(f"unknown activation {name!r}; valid: {valid}") from None
 
 
 def make_mlp(
@@ -97,7 +98,7 @@ class ActorCritic(nn.Module):
         """Build actor, critic, log-std and (if ``normalize_obs``) the two input normalizers."""
         super().__init__()
         if init_noise_std <= 0:
-            raise ValueError(f"init_noise_std must be positive, got {init_noise_std}")
+            raise ConfigError(f"init_noise_std must be positive, got {init_noise_std}")
         num_critic_obs = num_obs if num_critic_obs is None else num_critic_obs
         self.normalize_obs = normalize_obs
         self.actor = make_mlp(num_obs, actor_hidden_dims, num_actions, activation, 0.01)

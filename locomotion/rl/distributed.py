@@ -77,7 +77,7 @@ def run_dir_overrides(argv: Sequence[str], environ: Mapping[str, str] | None = N
     if "run_dir" not in given and "hydra.run.dir" not in given and launched_distributed(environ):
         run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
         if run_id not in ("", "none"):
-            extra.append(f"run_dir=runs/torchrun_{_short_id(run_id)}_${{robot.spec}}"
+            extra.append(f"run_dir=runs/torchrun_{_short_id(run_id)}_${{robot_name:}}"
                          "_${task.name}")
     if ("run_dir" in given or extra) and "hydra.run.dir" not in given:
         extra.append("hydra.run.dir=${run_dir}")

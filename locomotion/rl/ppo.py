@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from locomotion.config_checks import ConfigError
 from locomotion.rl.actor_critic import ActorCritic
 from locomotion.rl.storage import RolloutStorage
 
@@ -38,9 +39,9 @@ class PPOConfig:
     def __post_init__(self) -> None:
         """Reject unknown option names at construction rather than mid-training."""
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+            raise ConfigError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         if self.advantage_normalization not in ADVANTAGE_NORMALIZATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown advantage_normalization {self.advantage_normalization!r}; "
                 f"valid: {', '.join(ADVANTAGE_NORMALIZATIONS)}"
             )

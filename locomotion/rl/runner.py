@@ -275,6 +275,28 @@ class Runner:
                 f"checkpoint {path} is for robot/observations/actions {theirs}; "
                 f"this run has {mine}"
             )
+        trained = data.get("config") or {}
+        preset = (trained.get("randomization") or {}).get("name")
+        if preset is not None and preset != self.cfg.randomization.get("name"):
+            raise CheckpointError(  # the env state holds the randomizer's draws and timers
+                f"checkpoint {path} was trained with randomization={preset}; this run has "
+                f"randomization={self.cfg.randomization.get('name')}: resume with "
+                f"randomization={preset}")
+        shapes = {k: tuple(v.shape) for k, v in self.policy.state_dict().items()}
+        if {k: tuple(v.shape) for k, v in data["ppo"]["policy"].items()} != shapes:
+            keys = ("actor_hidden_dims", "critic_hidden_dims")
+            sizes = (trained.get("algo") or {}).get("policy") or {}
+            theirs, ours = ({k: "[" + ",".join(map(str, c[k])) + "]" for k in keys if k in c}
+                            for c in (sizes, self.cfg.algo.policy))
+            other = {k: v for k, v in theirs.items() if ours.get(k) != v}
+            if not other:
+                raise CheckpointError(f"checkpoint {path} has a network of another shape than "
+                                      "this run's: resume with the algo.policy settings it "
+                                      "was trained with")
+            raise CheckpointError(
+                f"checkpoint {path} has "
+                + ", ".join(f"{k} {v} (this run: {ours[k]})" for k, v in other.items())
+                + ": resume with " + " ".join(f"algo.policy.{k}={v}" for k, v in other.items()))
 
     def _rank_payloads(self, data: dict, path: str | Path) -> list[dict]:
         """Split a loaded checkpoint into what each rank of this group restores."""
@@ -299,7 +321,12 @@ class Runner:
                 raise CheckpointError(f"the checkpoint holds no {name!r} state: it comes from "
                                       f"a run without one")
             hook.load_state_dict(saved[name])
-        self.env.load_state_dict(env_state)
+        try:
+            self.env.load_state_dict(env_state)
+        except (KeyError, ValueError) as e:  # e.g. a terrain grid, saved on the plane
+            raise CheckpointError(f"the checkpoint's env state does not fit this run's env "
+                                  f"({type(e).__name__}: {e}); resume with the config it was "
+                                  "trained with") from e
         torch.set_rng_state(rng["torch"])
         self.ppo.generator.set_state(rng["ppo"])
         self.iteration = data["iteration"]

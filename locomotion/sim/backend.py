@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig
 
+from locomotion.config_checks import ConfigError
 from locomotion.sim.native import NativeBackend
 
 BACKENDS = ("native", "warp")
@@ -62,7 +63,7 @@ def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | s
     ``nthread`` (native) overrides ``cfg.nthread``."""
     if cfg.backend == "native":
         if torch.device(device).type != "cpu":
-            raise ValueError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
+            raise ConfigError(f"sim=native runs on the CPU, not device={device}; use sim=warp")
         return NativeBackend(model, num_envs, nthread=nthread or cfg.get("nthread"))
     if cfg.backend == "warp":
         from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
@@ -70,7 +71,7 @@ def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | s
         return WarpBackend(model, num_envs, device, nconmax=cfg.get("nconmax"),
                            njmax=cfg.get("njmax"), graph=cfg.get("graph", True),
                            overflow_check_every=cfg.get("overflow_check_every", 50))
-    raise ValueError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
+    raise ConfigError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
 
 
 def resolve_device(name: str) -> torch.device:

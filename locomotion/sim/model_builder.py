@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import mujoco
 import numpy as np
 
+from locomotion.config_checks import ConfigError
 from locomotion.sim.robot_spec import RobotSpec, RobotSpecError
 
 if TYPE_CHECKING:
@@ -43,13 +44,13 @@ class SolverProfile:
 
     def __post_init__(self) -> None:
         if self.cone not in CONES:
-            raise ValueError(f"solver cone {self.cone!r} is not one of {list(CONES)}")
+            raise ConfigError(f"solver cone {self.cone!r} is not one of {list(CONES)}")
         if self.integrator not in INTEGRATORS:
-            raise ValueError(
+            raise ConfigError(
                 f"solver integrator {self.integrator!r} is not one of {list(INTEGRATORS)}"
             )
         if self.foot_condim not in (1, 3, 4, 6):
-            raise ValueError(f"foot_condim {self.foot_condim} is not one of [1, 3, 4, 6]")
+            raise ConfigError(f"foot_condim {self.foot_condim} is not one of [1, 3, 4, 6]")
 
 
 @dataclass(frozen=True)
@@ -80,14 +81,23 @@ class ModelLayout:
 def build_model(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | None = None,
                 ) -> tuple[mujoco.MjModel, ModelLayout]:
     """Compile the robot of ``spec`` under ``solver`` on ``terrain`` (None: a plane)."""
-    model = build_spec(spec, solver, terrain).compile()
+    mj = build_spec(spec, solver, terrain)
+    try:
+        model = mj.compile()
+    except ValueError as e:  # MuJoCo's compiler: e.g. a mesh file the MJCF names is missing
+        raise RobotSpecError(f"robot MJCF {spec.mjcf} does not compile: "
+                             f"{' '.join(str(e).split())}; fix the file") from None
     return model, _layout(model, spec)
 
 
 def build_spec(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | None = None,
                ) -> mujoco.MjSpec:
     """The edited, uncompiled MJCF of ``build_model`` (exporters write it out with ``to_xml``)."""
-    mj = mujoco.MjSpec.from_file(str(spec.mjcf))
+    try:
+        mj = mujoco.MjSpec.from_file(str(spec.mjcf))
+    except ValueError as e:  # MuJoCo's parser names a line but not the file
+        raise RobotSpecError(f"robot MJCF {spec.mjcf} does not load: "
+                             f"{' '.join(str(e).split())}; fix the file") from None
     base = _find(mj, "body", spec.base_body)
     _replace_world(mj, base, terrain)
     _check_names(mj, spec)

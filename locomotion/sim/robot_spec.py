@@ -70,8 +70,23 @@ def load_robot_spec(name_or_path: str | os.PathLike) -> RobotSpec:
             )
     elif not path.is_file():
         raise RobotSpecError(f"robot spec file {path} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
-    return parse_robot_spec(raw, path.parent)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RobotSpecError(f"robot spec {path} is not valid YAML{where}: "
+                             f"{getattr(e, 'problem', None) or e}; fix the file") from None
+    if not isinstance(raw, dict):
+        raise RobotSpecError(f"robot spec {path} holds a {type(raw).__name__}, not a mapping "
+                             "of spec keys (name, mjcf, joints, ...); fix the file")
+    try:
+        return parse_robot_spec(raw, path.parent)
+    except RobotSpecError as e:
+        raise RobotSpecError(f"{path}: {e}") from None
+    except (TypeError, ValueError, AttributeError) as e:  # e.g. a number where a list goes
+        raise RobotSpecError(f"robot spec {path} has a value of the wrong type "
+                             f"({type(e).__name__}: {e}); fix the file") from None
 
 
 def parse_robot_spec(raw: dict, spec_dir: Path) -> RobotSpec:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.config_checks import ConfigError
+
 FLAT = "flat"  # the terrain name that means no grid: the ground plane
 
 
@@ -143,15 +145,15 @@ class TerrainGrid:
         self.resolution = _positive(cfg, "resolution")
         self.border = float(cfg.border)
         if self.border < 0:
-            raise ValueError(f"terrain.border must be >= 0 m, got {self.border}")
+            raise ConfigError(f"terrain.border must be >= 0 m, got {self.border}")
         self.seed = int(cfg.seed)
         self.bounds_margin = float(cfg.bounds_margin)
         self.params = _check_types(cfg.types)
         self.column_types = _columns_of(self.params, self.num_columns)
         n = round(self.tile_size / self.resolution)
         if n < 4 or abs(n * self.resolution - self.tile_size) > 1e-6 * self.tile_size:
-            raise ValueError(f"terrain.tile_size {self.tile_size} must be a multiple (>= 4) of "
-                             f"terrain.resolution {self.resolution}")
+            raise ConfigError(f"terrain.tile_size {self.tile_size} must be a multiple (>= 4) of "
+                              f"terrain.resolution {self.resolution}")
         self._n = n
         self._platform = round(0.5 * float(cfg.platform) / self.resolution)
         self.heights = self._generate()  # [ny, nx] m, float32
@@ -235,14 +237,14 @@ def make_terrain(cfg: DictConfig | None, device: torch.device | str = "cpu") -> 
 def _positive(cfg: DictConfig, key: str) -> float:
     value = float(cfg[key])
     if not value > 0:
-        raise ValueError(f"terrain.{key} must be > 0, got {value}")
+        raise ConfigError(f"terrain.{key} must be > 0, got {value}")
     return value
 
 
 def _positive_int(cfg: DictConfig, key: str) -> int:
     value = cfg[key]
     if not isinstance(value, int) or value < 1:
-        raise ValueError(f"terrain.{key} must be an integer >= 1, got {value!r}")
+        raise ConfigError(f"terrain.{key} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -250,23 +252,23 @@ def _check_types(types: DictConfig) -> dict[str, dict]:
     """Each configured type's parameters; a bad name, share or missing key is an error."""
     unknown = sorted(set(types) - set(TERRAIN_TYPES))
     if unknown:
-        raise ValueError(f"unknown terrain types {unknown}; valid: {list(TERRAIN_TYPES)}")
+        raise ConfigError(f"unknown terrain types {unknown}; valid: {list(TERRAIN_TYPES)}")
     params = {}
     for name, p in types.items():
         p = {} if p is None else dict(p)
         share = p.pop("proportion", None)
         if isinstance(share, bool) or not isinstance(share, (int, float)) \
                 or not math.isfinite(share) or share < 0:
-            raise ValueError(f"terrain.types.{name}.proportion must be a number >= 0, "
-                             f"got {share!r}")
+            raise ConfigError(f"terrain.types.{name}.proportion must be a number >= 0, "
+                              f"got {share!r}")
         needed = TERRAIN_TYPES[name][1]
         if sorted(p) != sorted(needed):
-            raise ValueError(f"terrain.types.{name} takes parameters {['proportion', *needed]},"
-                             f" got {['proportion', *p]}")
+            raise ConfigError(f"terrain.types.{name} takes parameters {['proportion', *needed]},"
+                              f" got {['proportion', *p]}")
         params[name] = {"proportion": float(share), **p}
     if sum(p["proportion"] for p in params.values()) <= 0:
-        raise ValueError("terrain.types: at least one proportion must be > 0, got "
-                         f"{ {k: p['proportion'] for k, p in params.items()} }")
+        raise ConfigError("terrain.types: at least one proportion must be > 0, got "
+                          f"{ {k: p['proportion'] for k, p in params.items()} }")
     return params
 
 
