@@ -106,11 +106,12 @@ class PhaseTargetEnv:
         """The right action of every env at its current phase [N, dim]."""
         return self.target(self.episode_length / self.max_episode_length)
 
-    def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None) -> Obs:
+    def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Obs:
         """Reset every env and start it where the reset schedule says.
 
-        ``warmup_policy`` is accepted for API parity and unused: there is no state to advance,
-        so a staggered group starts by setting its counter to its offset.
+        ``warmup_policy`` and ``progress`` are accepted for API parity and unused: there is no
+        state to advance, so a staggered group starts by setting its counter to its offset.
         """
         self.episode_length[:] = self.schedule.initial_counters(self.gen)
         for v in self._episode_sums.values():

@@ -161,6 +161,7 @@ def test_terrain_levels_command_on_a_rough_checkpoint(tmp_path, capsys):
         runner.learn(1)
     finally:
         env.close()
+    capsys.readouterr()  # training's own lines
     terrain_levels.main(str(runner.checkpoint_path))
     lines = capsys.readouterr().out.strip().splitlines()
     assert "iteration 1, 128 env steps; levels 0..3, middle = 2" in lines[0]
