@@ -8,6 +8,7 @@ two of gymnasium's consumers of vector envs (``RecordEpisodeStatistics``, which 
 same-step autoreset, and ``benchmark_vector_step``).
 """
 
+import time
 import warnings
 
 import numpy as np
@@ -59,7 +60,8 @@ def strict_check_obs(obs, space, method: str) -> None:
 
 # ---------------------------------------------------------------------- gymnasium
 def test_gymnasium_contract_and_same_step_timeout():
-    env = GymnasiumVectorEnv(make_env())
+    assert GymnasiumVectorEnv.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    env = GymnasiumVectorEnv(make_env(), autoreset_mode=AutoresetMode.SAME_STEP)
     assert env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
     assert env.num_envs == NUM_ENVS
     for space in (env.single_observation_space, env.observation_space):
@@ -68,8 +70,9 @@ def test_gymnasium_contract_and_same_step_timeout():
         check_action_space(space)
     assert env.single_observation_space == spaces.Box(-np.inf, np.inf, (48,), np.float32)
     assert env.observation_space.shape == (NUM_ENVS, 48)
-    clip = env.env.action_clip
-    assert env.single_action_space == spaces.Box(-clip, clip, (12,), np.float32)
+    low, high = env.env.action_bounds.numpy().T
+    assert env.single_action_space == spaces.Box(low, high, (12,), np.float32)
+    assert (low < 0).all() and (high > 0).all() and (high - low < 2 * env.env.action_clip).all()
     assert env.action_space.shape == (NUM_ENVS, 12)
 
     obs, info = env.reset(seed=0)
@@ -116,7 +119,8 @@ def test_gymnasium_contract_and_same_step_timeout():
 
 def test_gymnasium_matches_env_and_is_seeded():
     """Same numbers as the raw env (including final obs and stats); a seed replays exactly."""
-    adapter, raw = GymnasiumVectorEnv(make_env()), make_env()
+    adapter = GymnasiumVectorEnv(make_env(), autoreset_mode="SameStep")
+    raw = make_env()
     obs, _ = adapter.reset(seed=3)
     raw.gen.manual_seed(3)
     np.testing.assert_array_equal(obs, raw.reset()["policy"].numpy())
@@ -150,7 +154,8 @@ def test_gymnasium_matches_env_and_is_seeded():
 
 
 def test_gymnasium_dict_observations_and_consumers():
-    env = GymnasiumVectorEnv(make_env(), obs_group=("policy", "critic"))
+    env = GymnasiumVectorEnv(make_env(), obs_group=("policy", "critic"),
+                             autoreset_mode=AutoresetMode.SAME_STEP)
     assert isinstance(env.single_observation_space, spaces.Dict)
     assert env.observation_space["critic"].shape == (NUM_ENVS, 53)
     check_observation_space(env.observation_space)
@@ -272,4 +277,121 @@ def test_rsl_rl_on_policy_runner(tmp_path, capsys):
         assert f"Mean episode {key}:" in printed
     assert (tmp_path / "model_1.pt").exists()
     env.step(torch.zeros(16, 12))  # the env outlives rsl_rl's inference-mode rollouts
+    env.close()
+
+
+def test_gymnasium_next_step_autoreset():
+    """Gymnasium's default mode: the ending step shows the last observation, the next step
+    restarts the sub-env (its action ignored) with reward 0 and no done flag."""
+    adapter = GymnasiumVectorEnv(make_env())
+    assert adapter.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    obs, _ = adapter.reset(seed=0)
+    zeros = np.zeros((NUM_ENVS, 12), np.float32)
+    for _ in range(HORIZON - 1):
+        obs, _, term, trunc, infos = adapter.step(zeros)
+        assert not (term | trunc).any() and infos == {}
+    last, rew, term, trunc, infos = adapter.step(zeros)
+    assert trunc.all() and not term.any()
+    np.testing.assert_array_equal(infos["length"], HORIZON)
+    np.testing.assert_array_equal(infos["_length"], True)
+    assert np.abs(last - obs).max() < 1.0  # one step on from the previous obs, not a respawn
+    first, rew, term, trunc, infos = adapter.step(np.full((NUM_ENVS, 12), 5.0, np.float32))
+    assert not (term | trunc).any() and (rew == 0).all() and infos == {}
+    assert (adapter.env.episode_length == 0).all()  # restarted, the action never applied
+    np.testing.assert_array_equal(first, adapter.env.obs["policy"].numpy())
+    adapter.close()
+
+
+def test_gymnasium_wrappers_step_on_the_adapter():
+    from gymnasium.wrappers.vector import (
+        DtypeObservation,
+        FlattenObservation,
+        NormalizeObservation,
+        RescaleAction,
+        TransformObservation,
+    )
+
+    env = GymnasiumVectorEnv(make_env())
+    wrapped = RescaleAction(DtypeObservation(FlattenObservation(NormalizeObservation(
+        TransformObservation(env, lambda o: 2 * o, env.observation_space))), np.float64),
+        -1.0, 1.0)
+    obs, _ = wrapped.reset(seed=0)
+    assert obs.dtype == np.float64 and obs.shape == (NUM_ENVS, 48)
+    wrapped.action_space.seed(0)
+    for _ in range(HORIZON + 2):  # through a time-out and the restart after it
+        obs, rew, term, trunc, _ = wrapped.step(wrapped.action_space.sample())
+        assert np.isfinite(obs).all() and np.isfinite(rew).all()
+    # the policy acts in [-1, 1]; the env's bounds (the joint ranges) are what it maps onto
+    assert (wrapped.action_space.low == -1).all() and (wrapped.action_space.high == 1).all()
+    low, high = env.env.action_bounds.numpy().T
+    np.testing.assert_array_equal(env.action_space.low[0], low.astype(np.float32))
+    np.testing.assert_array_equal(env.action_space.high[0], high.astype(np.float32))
+    wrapped.close()
+
+
+def test_a_second_reset_skips_the_warm_up():
+    cfg = load_config("env", ["num_envs=256", "reset=staggered", "rollout_length=24"])
+    env = GymnasiumVectorEnv(tasks.make_env(cfg))
+    env.reset(seed=0)  # the first reset warms up (seconds)
+    assert len(np.unique(env.env.episode_length.numpy())) > 1
+    start = time.perf_counter()
+    env.reset(seed=1)
+    assert time.perf_counter() - start < 1.0
+    counters = env.env.episode_length.numpy()
+    assert len(np.unique(counters)) > 1  # counters staggered, states respawned
+    env.close()
+
+
+# ---------------------------------------------------------------------- Stable-Baselines3
+def test_sb3_ppo_trains_through_the_adapter():
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+
+    from locomotion.envs.sb3_adapter import Sb3VecEnv
+
+    env = Sb3VecEnv(make_env())
+    obs = env.reset()
+    assert obs.shape == (NUM_ENVS, 48) and obs.dtype == np.float32
+    raw_final = None
+    for t in range(HORIZON):
+        env.step_async(np.zeros((NUM_ENVS, 12), np.float32))
+        obs, rew, done, infos = env.step_wait()
+        if t < HORIZON - 1:
+            assert not done.any() and all(i == {} for i in infos)
+        raw_final = env.env.obs["policy"].numpy()
+    assert done.all()
+    for i, info in enumerate(infos):
+        assert info["TimeLimit.truncated"] is True
+        assert info["terminal_observation"].shape == (48,)
+        assert not np.allclose(info["terminal_observation"], obs[i])  # pre-reset
+        assert info["episode"]["l"] == HORIZON
+    np.testing.assert_array_equal(obs, raw_final)
+
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=0,
+                policy_kwargs={"net_arch": [32, 32]})
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    model.learn(total_timesteps=4 * 32 * NUM_ENVS)
+    after = list(model.policy.parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+    assert len(model.ep_info_buffer) > 0
+    assert all(e["l"] == HORIZON for e in model.ep_info_buffer)
+    env.close()
+
+
+def test_sb3_leaves_warm_up_episodes_out_of_its_statistics():
+    pytest.importorskip("stable_baselines3")
+    from locomotion.envs.sb3_adapter import Sb3VecEnv
+
+    cfg = load_config("env", [f"num_envs={NUM_ENVS}", "reset=staggered", "rollout_length=2",
+                              "task.episode_length_s=0.2"])
+    env = Sb3VecEnv(tasks.make_env(cfg))
+    env.reset()
+    ended, reported = 0, []
+    for _ in range(2 * HORIZON):
+        env.step_async(np.zeros((NUM_ENVS, 12), np.float32))
+        _, _, done, infos = env.step_wait()
+        ended += int(done.sum())
+        reported += [i["episode"]["l"] for i in infos if "episode" in i]
+    assert ended > len(reported) > 0  # the staggered first episodes were partial
+    assert set(reported) == {HORIZON}
     env.close()

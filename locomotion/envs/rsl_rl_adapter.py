@@ -29,9 +29,10 @@ class RslRlVecEnv:
 
     ``step(actions) -> (obs, rewards, dones, extras)`` with ``obs`` a ``TensorDict`` of the
     env's groups (``"policy"``, ``"critic"``), ``dones = terminated | truncated`` (bool) and
-    ``extras["time_outs"] = truncated``. When episodes end, ``extras["episode"]`` holds their
-    statistics (one value per ended episode, which rsl_rl's logger averages and writes as
-    ``Episode/<key>``) and ``extras["final_obs"]`` the pre-reset observations of all envs
+    ``extras["time_outs"] = truncated``. When episodes end, ``extras["episode"]`` holds the
+    statistics of those begun in training (one value per episode, which rsl_rl's logger
+    averages and writes as ``Episode/<key>``; episodes begun in the reset schedule's warm-up
+    are left out) and ``extras["final_obs"]`` the pre-reset observations of all envs
     (meaningful where ``dones``), which rsl_rl ignores.
 
     Time-out bootstrapping differs from ours. rsl_rl 5.5.1's ``PPO.process_env_step`` adds
@@ -83,7 +84,10 @@ class RslRlVecEnv:
         extras: dict[str, Any] = {"time_outs": truncated}
         if "final_obs" in info:
             extras["final_obs"] = self._wrap(info["final_obs"])
-            extras["episode"] = info["episode"]
+            # whole episodes only: one begun in the warm-up (partial) covers part of itself
+            whole = info["episode"]["partial"] == 0
+            extras["episode"] = {k: v[whole] for k, v in info["episode"].items()
+                                 if k != "partial"}
         return self._wrap(obs), reward, terminated | truncated, extras
 
     def close(self) -> None:

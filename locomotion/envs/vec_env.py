@@ -123,6 +123,8 @@ class LocomotionEnv:
             if self.spec.actuation == "pd" else torch.zeros(self.num_envs, self.model.nu, **f64)
         self._default_ctrl = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32,
                                              device=device)
+        self._action_bounds = self._bounds_of_actions()
+        self._warmed_up = False
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=device)
         self.actions = torch.zeros(self.num_envs, self.num_actions, device=device)
         # Buffers live as long as the env and are updated in place, so stepping under
@@ -160,19 +162,31 @@ class LocomotionEnv:
         QACC"): the native backend counts them instead of printing each; none on Warp."""
         return dict(getattr(self.sim, "warnings", {}))
 
+    @property
+    def action_bounds(self) -> torch.Tensor:
+        """The actions [num_actions, (low, high)] that span what the actuators accept: for
+        position actuators their joint ranges, mapped through the default pose and the action
+        scale; ``±task.action_clip`` where an actuator is unlimited."""
+        return self._action_bounds
+
     def reset(self, warmup_policy: Callable[[Obs], torch.Tensor] | None = None,
-              progress: Callable[[int, int], None] | None = None) -> Obs:
+              progress: Callable[[int, int], None] | None = None,
+              warm_up: bool | None = None) -> Obs:
         """Reset every env and apply the reset schedule; returns (a copy of) the first obs.
 
         ``staggered`` steps the batch with the warm-up policy so that each group enters
         training ``offset`` steps into an episode; ``warmup_policy`` is used when the
         schedule's warm-up is ``policy``; ``progress(done, total)`` hears of every warm-up step.
+        The warm-up runs on the first reset (``warm_up=None``) or when ``warm_up`` is true;
+        other resets respawn every env at once and give the counters the schedule's starting
+        offsets (episodes begun that way are marked ``partial``), in milliseconds.
         """
         all_ids = torch.arange(self.num_envs, device=self.device)
         self._reset_envs(all_ids)
-        if self.schedule.prewarm:
+        if self.schedule.prewarm and (not self._warmed_up if warm_up is None else warm_up):
             # counters advance with the states (and restart on falls)
             self._prewarm(warmup_policy, progress)
+            self._warmed_up = True
         else:
             self.episode_length[:] = self.schedule.initial_counters(self.gen)
         for v in self._episode_sums.values():
@@ -233,6 +247,15 @@ class LocomotionEnv:
         for k, v in obs.items():
             self.obs[k].copy_(v)
         return obs, reward, terminated, truncated, info
+
+    def restart(self, env_ids: torch.Tensor) -> Obs:
+        """Respawn ``env_ids`` now, dropping their running episodes unreported (what a
+        next-step autoreset does); returns (a copy of) every env's observation."""
+        self._reset_envs(env_ids)
+        for v in self._episode_sums.values():
+            v[env_ids] = 0.0
+        self._summed_steps[env_ids] = 0.0
+        return {k: v.clone() for k, v in self.obs.items()}
 
     def set_commands(self, commands: torch.Tensor) -> Obs:
         """Replace every env's command [N, 3] (e.g. an evaluator's fixed commands) and return
@@ -312,6 +335,16 @@ class LocomotionEnv:
             bad = (~torch.isfinite(actions)).any(1).nonzero().squeeze(1)[:10].tolist()
             raise ValueError(f"actions contain NaN or inf (envs {bad}...)")
         return actions.clamp(-self.action_clip, self.action_clip)
+
+    def _bounds_of_actions(self) -> torch.Tensor:
+        ids = self.layout.actuator_ids
+        clip = self.action_clip
+        limited = torch.as_tensor(self.model.actuator_ctrllimited[ids] > 0)
+        ctrl = torch.as_tensor(self.model.actuator_ctrlrange[ids], dtype=torch.float32)
+        default = torch.as_tensor(self.layout.default_ctrl, dtype=torch.float32)[:, None]
+        bounds = ((ctrl - default) / self.spec.action_scale).clamp(-clip, clip)
+        unlimited = torch.tensor([-clip, clip]).expand_as(bounds)
+        return torch.where(limited[:, None], bounds, unlimited).to(self.device)
 
     def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
         """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
