@@ -329,6 +329,7 @@ def test_gymnasium_wrappers_step_on_the_adapter():
     wrapped.close()
 
 
+@pytest.mark.slow
 def test_a_second_reset_skips_the_warm_up():
     cfg = load_config("env", ["num_envs=256", "reset=staggered", "rollout_length=24"])
     env = GymnasiumVectorEnv(tasks.make_env(cfg))
