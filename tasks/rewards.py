@@ -2,7 +2,7 @@
 
 A term maps a ``RewardContext`` to one value per env [N]; the task multiplies it by its
 weight and the control step and logs each term on its own. ``@reward_term("name")``
-registers a new one (docs/adding_a_reward.md).
+registers a new one (docs/adding_a_task.md, "Adding a reward term").
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def continue_in_place(argv: list[str]) -> list[str]:
 def main() -> None:
     # One run directory for every rank and restart: run_dir=... (or torchrun's rendezvous
     # id) becomes Hydra's output directory; resume=<run>/checkpoints/... continues in <run>.
-    sys.argv += continue_in_place(sys.argv[1:])
-    sys.argv += run_dir_overrides(sys.argv[1:])
+    # (inserted first: Hydra's flags such as --cfg job may follow the overrides)
+    sys.argv[1:1] = continue_in_place(sys.argv[1:])
+    sys.argv[1:1] = run_dir_overrides(sys.argv[1:])
     run_app(train)
 
 
