@@ -27,7 +27,7 @@ from locomotion.config import load_config
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.native import NativeBackend
 from locomotion.sim.robot_spec import load_robot_spec
-from locomotion.sim.warp_backend import SimOverflowError, WarpBackend
+from locomotion.sim.warp_backend import HFIELD_CONTACTS_PER_PAIR, WarpBackend, budget
 from locomotion.tasks import make_env
 
 pytestmark = [pytest.mark.warp, pytest.mark.slow]
@@ -225,13 +225,40 @@ def test_push_changes_base_velocity(go1, warp_sim):
     native.close()
 
 
-def test_overflow_is_reported(go1):
-    """Too small a contact buffer raises on the step that overflowed, naming the fix."""
-    sim = WarpBackend(go1[0], 2, "cpu", nconmax=1)
+def test_overflow_diverges_the_world_and_is_counted(go1):
+    """Too small a constraint buffer: the worlds that overflow are diverged until reset, the
+    flags are counted by kind (naming the setting to raise) and nothing raises."""
+    sim = WarpBackend(go1[0], 2, "cpu", njmax=2)
     sim.reset(torch.arange(2), *standing(go1, 2))
-    with pytest.raises(SimOverflowError, match="increase sim.nconmax"):
-        for k in range(5):
-            sim.step(controls(go1, k, 2), DECIMATION)
+    for k in range(3):
+        sim.step(controls(go1, k, 2), DECIMATION)
+    assert sim.diverged.all()
+    ((kind, count),) = [(k, n) for k, n in sim.warnings.items() if "NEFC" in k]
+    assert "raise sim.njmax" in kind and count == 3 * 2  # every world, every step
+    assert not sim._t["overflow"].any()  # counted flags are cleared
+    sim.reset(torch.tensor([1]), *standing(go1, 1))
+    assert sim.diverged.tolist() == [True, False]
+    sim.reset_where(torch.tensor([True, False]), *standing(go1, 2))
+    assert not sim.diverged.any()
+
+
+def test_overflowing_run_continues_and_logs_the_count(tmp_path):
+    """Training with a tiny njmax on Warp's CPU device runs on: the overflowing worlds count
+    as diverged env steps and the overflows as physics warnings, in progress.jsonl."""
+    from locomotion.rl.runner import Runner
+
+    cfg = load_config("train", ["sim=warp", "num_envs=4", "algo.num_steps=4", "reset=sync",
+                                "sim.njmax=2", "logging.tensorboard=false",
+                                "algo.policy.actor_hidden_dims=[32]",
+                                "algo.policy.critic_hidden_dims=[32]"])
+    env = make_env(cfg)
+    runner = Runner(env, cfg, log_dir=tmp_path)
+    runner.learn(2)
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["Train/diverged_envs"] == 16 and r["Train/mujoco_warnings"] >= 16
+    env.close()
 
 
 def test_budget_comes_from_the_model(go1, warp_sim):
@@ -239,6 +266,42 @@ def test_budget_comes_from_the_model(go1, warp_sim):
     assert warp_sim.nconmax >= 8 and warp_sim.njmax >= 28  # four feet standing, doubled
     sim = WarpBackend(go1[0], 1, "cpu", nconmax=40, njmax=200)
     assert (sim.nconmax, sim.njmax) == (40, 200)
+
+
+def test_budget_on_terrain_holds_a_tumble(go1):
+    """On a heightfield every geom that can touch the ground gets mujoco_warp's contacts
+    per geom-heightfield pair (a robot tumbling down stairs), rows for each."""
+    from locomotion.sim.terrain import make_terrain
+
+    cfg = load_config("env", ["task=rough"])
+    model, _ = build_model(go1[1], SolverProfile(**cfg.solver), make_terrain(cfg.terrain))
+    ground = model.geom("ground").id
+    touching = sum(1 for g in range(model.ngeom) if g != ground and model.geom_contype[g]
+                   & model.geom_conaffinity[ground])
+    nconmax, njmax = budget(model)
+    assert nconmax >= HFIELD_CONTACTS_PER_PAIR * touching
+    assert njmax >= 4 * nconmax  # pyramidal condim-3 contacts: 4 rows each
+    assert (nconmax, njmax) > budget(go1[0])
+
+
+def test_cuda_device_without_index(monkeypatch):
+    """A bare "cuda" gets the current device's index before Warp sees it (Warp's
+    device_from_torch refuses a cuda device without one)."""
+    import locomotion.sim.warp_backend as wb
+    from locomotion.sim.backend import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+    assert resolve_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert resolve_device("cpu") == torch.device("cpu")
+
+    def device_from_torch(device):  # Warp's behaviour, without a GPU
+        if device.index is None:
+            raise TypeError("list indices must be integers or slices, not NoneType")
+        return f"warp:{device}"
+
+    monkeypatch.setattr(wb.wp, "device_from_torch", device_from_torch)
+    assert wb.warp_device("cuda") == (torch.device("cuda", 1), "warp:cuda:1")
 
 
 def test_benchmark_runs_on_warp_cpu(tmp_path):
@@ -255,6 +318,21 @@ def test_benchmark_runs_on_warp_cpu(tmp_path):
     assert row["gpu_peak_mb"] is None  # nothing on a GPU
 
 
+def test_graph_conditional_only_inside_a_cuda_graph(monkeypatch):
+    """On CUDA the solver's early exit needs a captured graph and a driver with conditional
+    nodes; otherwise it is off (else every solver iteration reads back to the host)."""
+    import types
+
+    import locomotion.sim.warp_backend as wb
+
+    gpu, cpu = types.SimpleNamespace(is_cuda=True), types.SimpleNamespace(is_cuda=False)
+    monkeypatch.setattr(wb.wp, "is_conditional_graph_supported", lambda: True)
+    assert wb.graph_conditional(gpu, True) and not wb.graph_conditional(gpu, False)
+    assert wb.graph_conditional(cpu, False)  # mujoco_warp's default on Warp's CPU device
+    monkeypatch.setattr(wb.wp, "is_conditional_graph_supported", lambda: False)
+    assert not wb.graph_conditional(gpu, True)
+
+
 # ------------------------------------------------------------------ GPU only
 @cuda
 def test_cuda_graph_matches_the_loop(go1):
@@ -269,7 +347,7 @@ def test_cuda_graph_matches_the_loop(go1):
     torch.testing.assert_close(sims[0].qpos, sims[1].qpos, rtol=0, atol=1e-4)
     torch.testing.assert_close(sims[0].substep_sensordata, sims[1].substep_sensordata,
                                rtol=0, atol=1e-2)
-    sims[0].check_overflow()
+    assert not sims[0].diverged.any() and not sims[0].warnings  # no buffer ran out
 
 
 @cuda

@@ -124,8 +124,9 @@ class DivergenceGuard:
             f"(divergence.max_fraction={self.max_fraction:g}, "
             f"divergence.patience={self.patience}){mujoco}. Likely causes: PD gains too stiff "
             "for the time step (the robot spec's kp/kd and torque_limits), unrealistic masses "
-            "or inertias in the MJCF, or solver settings (solver.timestep, "
-            f"solver.integrator, solver.iterations). {where}")
+            "or inertias in the MJCF, solver settings (solver.timestep, "
+            "solver.integrator, solver.iterations), or on sim=warp contact or constraint "
+            f"buffers too small (sim.nconmax, sim.njmax). {where}")
 
 
 class TrainingHook(Protocol):

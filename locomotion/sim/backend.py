@@ -20,9 +20,12 @@ class SimBackend(Protocol):
     ``substep_sensordata`` holds the sensors after every physics substep of the last
     step ([N, substeps, nsensordata]) so contact events shorter than a control step count.
     ``diverged`` flags worlds whose physics went non-finite or were reset by MuJoCo's own
-    instability guard during the last step. ``device`` is where these tensors live and where
+    instability guard during the last step (on Warp also worlds that ran out of contact or
+    constraint room since their reset). ``device`` is where these tensors live and where
     ``step`` wants its controls. ``apply_force`` holds a world-frame wrench on a body (at its
-    center of mass) until it is changed or the world is reset.
+    center of mass) until it is changed or the world is reset. ``warnings`` (optional)
+    counts the physics engine's warnings by kind. The ``*_where`` methods take a mask [N]
+    and rows for every world, so a GPU env resets worlds without reading which ones back.
     """
 
     num_envs: int
@@ -49,10 +52,17 @@ class SimBackend(Protocol):
 
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None: ...
 
+    def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """``reset`` of the worlds where ``mask`` [N] is set, from those rows of [N, ...]."""
+
     def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None: ...
 
     def apply_force(self, env_ids: torch.Tensor, body: int | str,
                     wrench: torch.Tensor) -> None: ...
+
+    def apply_force_where(self, mask: torch.Tensor, body: int | str,
+                          wrench: torch.Tensor) -> None:
+        """``apply_force`` on the worlds where ``mask`` [N] is set, from rows of [N, 6]."""
 
     def close(self) -> None: ...
 
@@ -69,12 +79,11 @@ def make_backend(cfg: DictConfig, model, num_envs: int, device: torch.device | s
         from locomotion.sim.warp_backend import WarpBackend  # imports Warp: seconds
 
         return WarpBackend(model, num_envs, device, nconmax=cfg.get("nconmax"),
-                           njmax=cfg.get("njmax"), graph=cfg.get("graph", True),
-                           overflow_check_every=cfg.get("overflow_check_every", 50))
+                           njmax=cfg.get("njmax"), graph=cfg.get("graph", True))
     raise ConfigError(f"unknown sim backend {cfg.backend!r}; valid: {list(BACKENDS)}")
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str | torch.device) -> torch.device:
     """The torch device ``name`` names, with the current CUDA device filled in for "cuda"."""
     device = torch.device(name)
     if device.type == "cuda" and device.index is None:

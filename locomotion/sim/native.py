@@ -168,6 +168,20 @@ class NativeBackend:
         self._xfrc[ids] = 0.0
         self._diverged[ids] = False
 
+    def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """``reset`` of the worlds where ``mask`` [N] is set, to those rows of ``qpos`` and
+        ``qvel`` [N, ...] (the masked interface of the Warp backend; here by index)."""
+        ids = torch.as_tensor(mask).nonzero().squeeze(1)
+        if len(ids):
+            self.reset(ids, qpos[ids], qvel[ids])
+
+    def apply_force_where(self, mask: torch.Tensor, body: int | str,
+                          wrench: torch.Tensor) -> None:
+        """``apply_force`` on the worlds where ``mask`` [N] is set, from rows of ``wrench``."""
+        ids = torch.as_tensor(mask).nonzero().squeeze(1)
+        if len(ids):
+            self.apply_force(ids, body, wrench[ids])
+
     def apply_force(self, env_ids: torch.Tensor, body: int | str, wrench: torch.Tensor) -> None:
         """Hold ``wrench`` [len(ids), 6] (world-frame force, torque at the body's COM) on
         ``body`` (id or name) of worlds ``env_ids`` until changed or the world is reset.
