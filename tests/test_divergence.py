@@ -85,6 +85,7 @@ def test_bad_divergence_settings_are_clear_errors(settings, match):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_train_command_ends_a_diverging_run_with_one_line_and_exit_2(stiff_robot, tmp_path):
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), *SMALL,

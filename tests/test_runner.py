@@ -117,6 +117,7 @@ def test_train_command_survives_ctrl_c(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_quiet_run_shows_signs_of_life_from_the_first_iteration(tmp_path):
     """Not on a terminal: a line when the env is built, the warm-up's first step, and the
     first iteration's line without waiting for logging.print_interval."""
@@ -133,6 +134,7 @@ def test_a_quiet_run_shows_signs_of_life_from_the_first_iteration(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_bad_config_values_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="valid"):
         make_runner(tmp_path, ["algo.ppo.schedule=sometimes"])
