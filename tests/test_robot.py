@@ -262,3 +262,39 @@ def test_missing_spec_file(tmp_path):
     """A spec path that does not exist is a clear error."""
     with pytest.raises(RobotSpecError, match="does not exist"):
         load_robot_spec(tmp_path / "nope.yaml")
+
+
+# ------------------------------------------------------------------ real-world MJCF files
+def test_team_mjcf_with_own_imu_site_and_actuators_builds_and_steps(tmp_path):
+    """An MJCF that already has an ``imu`` site, a foot site, a sensor and position actuators
+    with other names builds (the added sites are renamed, the actuators replaced) and an env
+    on it steps."""
+    from locomotion import tasks
+    from locomotion.config import load_config
+    from tests.team_mjcf import team_go1
+
+    xml = team_go1(tmp_path / "team_go1.xml")
+    spec = load_robot_spec(write_spec(tmp_path, mjcf=str(xml)))
+    model, layout = build_model(spec, solver_profile("fast"))
+    assert model.nu == 12 and model.site("imu").bodyid == model.body("trunk").id
+    assert model.site("imu_1").bodyid == model.body("trunk").id  # the sensors' own site
+    assert model.sensor_objid[model.sensor("base_gyro").id] == model.site("imu_1").id
+    assert [model.actuator(i).name for i in layout.actuator_ids] == GO1_JOINTS
+    env = tasks.make_env(load_config("env", ["num_envs=4", "reset=sync",
+                                             f"robot.spec={tmp_path / 'spec.yaml'}"]))
+    try:
+        env.reset()
+        for _ in range(5):
+            obs, *_ = env.step(np.zeros((env.num_envs, env.num_actions), dtype=np.float32))
+        assert all(np.isfinite(np.asarray(v)).all() for v in obs.values())
+    finally:
+        env.close()
+
+
+def test_missing_mesh_file_names_it_and_suggests_primitives(tmp_path):
+    xml = (ROBOTS_DIR / "go1" / "go1.xml").read_text().replace(
+        "<worldbody>", '<asset><mesh name="trunk_mesh" file="trunk.stl"/></asset>\n<worldbody>')
+    (tmp_path / "meshy.xml").write_text(xml)
+    spec = load_robot_spec(write_spec(tmp_path, mjcf=str(tmp_path / "meshy.xml")))
+    with pytest.raises(RobotSpecError, match=r"trunk\.stl.*does not exist.*primitive"):
+        build_model(spec, solver_profile("fast"))

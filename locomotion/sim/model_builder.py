@@ -98,6 +98,7 @@ def build_spec(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | No
     except ValueError as e:  # MuJoCo's parser names a line but not the file
         raise RobotSpecError(f"robot MJCF {spec.mjcf} does not load: "
                              f"{' '.join(str(e).split())}; fix the file") from None
+    _check_files(mj, spec)
     base = _find(mj, "body", spec.base_body)
     _replace_world(mj, base, terrain)
     _check_names(mj, spec)
@@ -119,6 +120,33 @@ def build_spec(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | No
     _add_sensors(mj, spec, base)
     _apply_solver(mj, spec, solver)
     return mj
+
+
+def _check_files(mj: mujoco.MjSpec, spec: RobotSpec) -> None:
+    """Refuse a model whose mesh files are missing, naming the file (MuJoCo's compiler names
+    only the path as written, not where it looked)."""
+    root = spec.mjcf.parent
+    meshdir = root / (mj.meshdir or "")
+    missing = [(m.name, m.file, meshdir / m.file) for m in mj.meshes
+               if m.file and not (meshdir / m.file).is_file()]
+    if missing:
+        name, file, path = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise RobotSpecError(
+            f"robot MJCF {spec.mjcf}: mesh {name!r} names file {file!r}, but {path} does not "
+            f"exist{more}; copy the mesh files there (meshdir {str(meshdir)!r}), or replace "
+            "the mesh geoms by primitive collision geometry (box, capsule, sphere geoms, as "
+            "robots/go1/go1.xml does) and drop the <mesh> assets")
+
+
+def _unique(mj: mujoco.MjSpec, kind: str, name: str) -> str:
+    """``name``, or ``name_1``, ``name_2``... if the model already has a ``kind`` so named
+    (a real MJCF often has its own ``imu`` site)."""
+    candidate, i = name, 0
+    while getattr(mj, kind)(candidate) is not None:
+        i += 1
+        candidate = f"{name}_{i}"
+    return candidate
 
 
 def _find(mj: mujoco.MjSpec, kind: str, name: str):
@@ -178,18 +206,22 @@ def _add_heightfield(mj: mujoco.MjSpec, terrain: TerrainGrid) -> None:
 
 
 def _add_sensors(mj: mujoco.MjSpec, spec: RobotSpec, base) -> None:
+    # Sites the model already has keep their names and places (the model's own IMU site
+    # may sit off the base's origin); the sensors read new ones, renamed on a clash.
     site_t = mujoco.mjtObj.mjOBJ_SITE
-    base.add_site(name="imu", pos=[0, 0, 0])
+    imu = _unique(mj, "site", "imu")
+    base.add_site(name=imu, pos=[0, 0, 0])
     for kind, name in ((mujoco.mjtSensor.mjSENS_FRAMEQUAT, "base_quat"),
                        (mujoco.mjtSensor.mjSENS_GYRO, "base_gyro"),
                        (mujoco.mjtSensor.mjSENS_ACCELEROMETER, "base_acc"),
                        (mujoco.mjtSensor.mjSENS_VELOCIMETER, "base_linvel")):
-        mj.add_sensor(name=name, type=kind, objtype=site_t, objname="imu")
+        mj.add_sensor(name=name, type=kind, objtype=site_t, objname=imu)
     for foot in spec.feet:
         geom = mj.geom(foot)
-        geom.parent.add_site(name=f"{foot}_site", pos=list(geom.pos))
+        site = _unique(mj, "site", f"{foot}_site")
+        geom.parent.add_site(name=site, pos=list(geom.pos))
         mj.add_sensor(name=f"{foot}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS,
-                      objtype=site_t, objname=f"{foot}_site")
+                      objtype=site_t, objname=site)
         _add_contact(mj, f"{foot}_contact", mujoco.mjtObj.mjOBJ_GEOM, foot)
     for body in spec.terminate_contacts + spec.undesired_contacts:
         _add_contact(mj, f"{body}_contact", mujoco.mjtObj.mjOBJ_BODY, body)
