@@ -1,5 +1,6 @@
 """Tests for domain randomization: ranges, per-env isolation, pushes, latency, noise, errors."""
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -67,6 +68,32 @@ def test_robust_samples_in_range_and_differ(make_env):
     assert torch.equal(table["geom_friction"], twin["geom_friction"])
     other = make_env("randomization=robust", "seed=3")
     assert not torch.equal(env.randomizer.table["body_mass"], other.randomizer.table["body_mass"])
+
+
+def test_sim2real_draws_joint_dynamics_and_contacts_in_range(make_env):
+    """sim2real: joint damping 0-2.5, friction loss 0-0.3, armature 0.005-0.03 per joint,
+    and one foot-ground softness per env on the ground and every foot."""
+    env = make_env("randomization=sim2real")
+    dofs = torch.as_tensor(env.layout.joint_qvel)
+    for field, (low, high) in (("dof_damping", (0.0, 2.5)), ("dof_frictionloss", (0.0, 0.3)),
+                               ("dof_armature", (0.005, 0.03))):
+        values = torch.tensor(np.array([getattr(m, field)[dofs] for m in env.sim.models]))
+        assert values.min() >= low and values.max() <= high and values.std() > 0.1 * high
+    model = env.model
+    geoms = [model.geom(g).id for g in ("ground", *env.spec.feet)]
+    solref = torch.tensor(np.array([m.geom_solref[geoms] for m in env.sim.models]))
+    solimp = torch.tensor(np.array([m.geom_solimp[geoms] for m in env.sim.models]))
+    assert solref[..., 0].min() >= 0.02 and solref[..., 0].max() <= 0.05
+    assert solref[..., 0].std() > 0.005
+    assert torch.equal(solref[:, :1].expand_as(solref), solref)  # a pair mixes to the draw
+    assert solimp[..., 0].min() >= 0.7 and solimp[..., 1].max() <= 0.99
+    obs, *_ = env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert all(torch.isfinite(v).all() for v in obs.values())
+
+
+def test_contact_event_refuses_invalid_impedance(env_from_cfg):
+    with pytest.raises(RandomizationError, match="dmax can reach"):
+        with_events(env_from_cfg, {"contact": {"mode": "startup", "dmax": [0.9, 1.0]}})
 
 
 def test_per_env_change_touches_only_that_env(env_from_cfg):

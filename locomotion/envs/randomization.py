@@ -335,6 +335,42 @@ class JointDynamics(Event):
         table.commit(self.r.sim, ids, fields)
 
 
+class Contact(Event):
+    """Softness of the foot-ground contacts: MuJoCo's solref (time constant, damping ratio)
+    and solimp (impedance at zero and at full penetration) of the ground and the feet.
+
+    Both geoms of a foot-ground pair get the same values, so the pair's mixed parameters are
+    the drawn ones. A time constant under two physics steps is stiffened by MuJoCo to two.
+    """
+
+    DRAWS = ("timeconst", "dampratio", "dmin", "dmax")
+    COLUMNS = {"timeconst": ("geom_solref", 0), "dampratio": ("geom_solref", 1),
+               "dmin": ("geom_solimp", 0), "dmax": ("geom_solimp", 1)}
+
+    def check(self) -> None:
+        r = self.r
+        self.geoms = torch.tensor([r.model.geom(n).id for n in ["ground", *r.spec.feet]])
+        for k in ("timeconst", "dampratio"):
+            field, col = self.COLUMNS[k]
+            _positive(self, k, getattr(r.model, field)[self.geoms, col], k)
+        for k in ("dmin", "dmax"):
+            if k in self.draws:
+                low, high = self.draws[k].bounds(r.model.geom_solimp[self.geoms, 1 if k == "dmax"
+                                                                     else 0])
+                if low <= 0 or high >= 1:
+                    raise RandomizationError(f"event {self.name!r}: {k} can reach "
+                                             f"[{low:.4g}, {high:.4g}]; it must stay in (0, 1)")
+
+    def apply(self, ids, values):
+        table = self.r.table
+        fields = sorted({self.COLUMNS[k][0] for k in self.draws})
+        for k, d in self.draws.items():
+            field, col = self.COLUMNS[k]
+            nominal = table.nominal(field)[self.geoms, col]
+            table[field][ids[:, None], self.geoms, col] = d.combine(nominal, values[k])
+        table.commit(self.r.sim, ids, tuple(fields))
+
+
 class EncoderBias(Event):
     """A constant offset on each measured joint position (what the policy sees), rad."""
 
@@ -444,7 +480,8 @@ class Force(Event):
 
 EVENTS: dict[str, type[Event]] = {
     "friction": Friction, "payload": Payload, "link_mass": LinkMass, "com_offset": ComOffset,
-    "actuator": Actuator, "joint_dynamics": JointDynamics, "encoder_bias": EncoderBias,
+    "actuator": Actuator, "joint_dynamics": JointDynamics, "contact": Contact,
+    "encoder_bias": EncoderBias,
     "latency": Latency, "initial_state": InitialState, "push": Push, "force": Force,
 }
 
