@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from locomotion.config_checks import ConfigError
+from locomotion.tasks.registry import registrar
 from locomotion.tasks.world import World
 
 if TYPE_CHECKING:
@@ -22,17 +23,8 @@ if TYPE_CHECKING:
 Rows = slice | torch.Tensor
 ObservationTerm = Callable[["VelocityTask", World, torch.Tensor, Rows], torch.Tensor]
 OBSERVATION_TERMS: dict[str, ObservationTerm] = {}
-
-
-def observation_term(name: str) -> Callable[[ObservationTerm], ObservationTerm]:
-    """Register an observation term under ``name`` (an existing name is an error)."""
-    def register(fn: ObservationTerm) -> ObservationTerm:
-        if name in OBSERVATION_TERMS:
-            raise ValueError(f"observation term {name!r} is already registered")
-        OBSERVATION_TERMS[name] = fn
-        return fn
-
-    return register
+observation_term = registrar(OBSERVATION_TERMS, "observation")
+"""``@observation_term("name")`` registers a observation term under ``name``."""
 
 
 @observation_term("base_lin_vel")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from locomotion.tasks.registry import registrar
 from locomotion.tasks.world import World
 
 if TYPE_CHECKING:
@@ -33,17 +34,8 @@ class RewardContext:
 
 RewardTerm = Callable[[RewardContext], torch.Tensor]
 REWARD_TERMS: dict[str, RewardTerm] = {}
-
-
-def reward_term(name: str) -> Callable[[RewardTerm], RewardTerm]:
-    """Register a reward term under ``name`` (an existing name is an error)."""
-    def register(fn: RewardTerm) -> RewardTerm:
-        if name in REWARD_TERMS:
-            raise ValueError(f"reward term {name!r} is already registered")
-        REWARD_TERMS[name] = fn
-        return fn
-
-    return register
+reward_term = registrar(REWARD_TERMS, "reward")
+"""``@reward_term("name")`` registers a reward term under ``name``."""
 
 
 @reward_term("track_lin_vel")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from locomotion.tasks.registry import registrar
 from locomotion.tasks.world import World
 
 if TYPE_CHECKING:
@@ -18,17 +19,8 @@ if TYPE_CHECKING:
 
 TerminationTerm = Callable[["VelocityTask", World], torch.Tensor]
 TERMINATION_TERMS: dict[str, TerminationTerm] = {}
-
-
-def termination_term(name: str) -> Callable[[TerminationTerm], TerminationTerm]:
-    """Register a termination term under ``name`` (an existing name is an error)."""
-    def register(fn: TerminationTerm) -> TerminationTerm:
-        if name in TERMINATION_TERMS:
-            raise ValueError(f"termination term {name!r} is already registered")
-        TERMINATION_TERMS[name] = fn
-        return fn
-
-    return register
+termination_term = registrar(TERMINATION_TERMS, "termination")
+"""``@termination_term("name")`` registers a termination term under ``name``."""
 
 
 @termination_term("tilt")

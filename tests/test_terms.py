@@ -1,0 +1,38 @@
+"""Registered task terms: a new reward term is picked up by name from config; names are unique."""
+
+import pytest
+import torch
+
+from locomotion.config import load_config
+from locomotion.tasks import make_env
+from locomotion.tasks.observations import observation_term
+from locomotion.tasks.rewards import REWARD_TERMS, reward_term
+from locomotion.tasks.terminations import termination_term
+
+
+def test_a_registered_reward_term_is_weighted_and_logged():
+    @reward_term("base_height_test")
+    def base_height_test(c):
+        return c.w.base_pos[:, 2]
+
+    try:
+        env = make_env(load_config("env", ["num_envs=4", "reset=sync",
+                                           "+task.rewards.weights.base_height_test=2.0"]))
+        env.reset()
+        height = env.sim.qpos[:, 2].float()
+        _, _, _, _, _ = env.step(torch.zeros(4, env.num_actions))
+        _, terms = env.task.rewards(env.task.world(env.sim), env.actions, env.actions)
+        expected = 2.0 * env.control_dt * env.sim.qpos[:, 2].float()
+        torch.testing.assert_close(terms["base_height_test"], expected)
+        assert (height > 0).all()
+        env.close()
+    finally:
+        del REWARD_TERMS["base_height_test"]
+
+
+@pytest.mark.parametrize("register, name", [(reward_term, "torques"),
+                                            (observation_term, "joint_pos"),
+                                            (termination_term, "tilt")])
+def test_a_name_registered_twice_is_an_error(register, name):
+    with pytest.raises(ValueError, match=f"term '{name}' is already registered"):
+        register(name)(lambda *args: None)
