@@ -7,6 +7,7 @@ subtask set that assigns each env slot its terrain, commands, gait and pushes.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 from omegaconf import DictConfig
@@ -31,7 +32,18 @@ def task_class(name: str) -> TaskFactory:
 
 
 def make_env(cfg: DictConfig) -> LocomotionEnv:
-    """The batched env ``cfg`` describes (see ``configs/env.yaml``)."""
+    """The batched env ``cfg`` describes (see ``configs/env.yaml``).
+
+    ``task.modules`` names modules to import first: where a user's own terms or tasks
+    register themselves, so that every command replaying the run (play, evaluate, export)
+    finds them too.
+    """
+    for module in cfg.task.get("modules") or []:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"task.modules: cannot import {module!r} ({e}); it must be "
+                              "importable (installed, or on PYTHONPATH)") from None
     multitask = cfg.get("multitask")
     with_subtasks = multitask is not None and bool(multitask.get("subtasks"))
 

@@ -36,3 +36,22 @@ def test_a_registered_reward_term_is_weighted_and_logged():
 def test_a_name_registered_twice_is_an_error(register, name):
     with pytest.raises(ValueError, match=f"term '{name}' is already registered"):
         register(name)(lambda *args: None)
+
+
+def test_task_modules_are_imported_before_the_env_is_built(tmp_path, monkeypatch):
+    """A user's terms live in their own module; the config names it, so replays find it."""
+    (tmp_path / "my_terms.py").write_text(
+        "from locomotion.tasks.rewards import reward_term\n"
+        "@reward_term('my_upright')\n"
+        "def my_upright(c):\n"
+        "    return -c.w.gravity[:, 2]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        env = make_env(load_config("env", ["num_envs=4", "+task.modules=[my_terms]",
+                                           "+task.rewards.weights.my_upright=1.0"]))
+        assert "my_upright" in env.task.reward_weights
+        env.close()
+    finally:
+        REWARD_TERMS.pop("my_upright", None)
+    with pytest.raises(ValueError, match="task.modules: cannot import 'no_such_module'"):
+        make_env(load_config("env", ["num_envs=4", "+task.modules=[no_such_module]"]))
