@@ -16,11 +16,12 @@ def team_go1(path: Path, actuators: str = "position", damping: float | None = No
              frictionloss: float | None = None, armature: float | None = None,
              foot_solref: tuple[float, float] | None = None, integrator: str | None = None,
              ) -> Path:
-    """Write a copy of ``robots/go1/go1.xml`` to ``path`` with an ``imu`` site and a
+    """Write a copy of ``robots/go1/go1.xml`` to ``path`` with a floor, an ``imu`` site and a
     ``FL_foot_site`` of its own, a sensor, and ``actuators``: "position" (kp 30, kv 0.8,
     named ``<leg>_<part>_servo``), "motor" (``<leg>_<part>_motor``) or "none"; optionally
     other joint dynamics, foot contact time constant and damping ratio, and integrator."""
     spec = mujoco.MjSpec.from_file(str(GO1_XML))
+    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05])
     trunk = spec.body("trunk")
     trunk.add_site(name="imu", pos=[-0.02, 0.0, 0.03])
     spec.body("FL_calf").add_site(name="FL_foot_site", pos=[0, 0, -0.213])
@@ -42,8 +43,9 @@ def team_go1(path: Path, actuators: str = "position", damping: float | None = No
         if actuators != "none":
             act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
             act.forcerange = [-limit, limit]
-        for field, value in (("damping", damping), ("frictionloss", frictionloss),
-                             ("armature", armature)):
+        if damping is not None:
+            joint.damping = [damping, *list(joint.damping)[1:]]  # [damping, polynomial terms]
+        for field, value in (("frictionloss", frictionloss), ("armature", armature)):
             if value is not None:
                 setattr(joint, field, value)
     if foot_solref is not None:

@@ -224,3 +224,70 @@ def test_sidecar_commands_say_whether_yaw_steers_to_a_heading():
     assert rough["lin_vel_x"] == [-1.0, 1.0]
     assert command_spec(load_config("env", ["task=flat_velocity"]).task.commands)[
         "heading"] is None
+
+
+# ------------------------------------------------------------------ any MJCF of the robot
+PRETRAINED = Path(__file__).resolve().parents[1] / "robots" / "go1" / "pretrained"
+
+
+def play(xml: Path, solver: str = "fast", vx: float = 0.5, steps: int = 250, seed: int = 0,
+         sidecar: dict | None = None):
+    """The shipped policy played by the standalone player on ``xml`` at a fixed command."""
+    sidecar = sidecar or deploy.load_sidecar(PRETRAINED / "policy.json")
+    model = deploy.load_model(xml, sidecar, solver)
+    rng = np.random.default_rng(seed)
+    player = deploy.Player(sidecar, model, deploy.OnnxPolicy(PRETRAINED / "policy.onnx", sidecar),
+                           deploy.Commander(sidecar, np.array([vx, 0.0, 0.0]), rng), rng)
+    player.reset()
+    failure = None
+    while player.steps < steps and failure is None:
+        failure = player.step()
+    return player, failure
+
+
+@pytest.mark.parametrize("actuators, kinds", [
+    ("position", {"position": 12, "motor": 0, "none": 0}),
+    ("motor", {"position": 0, "motor": 12, "none": 0}),
+    ("none", {"position": 0, "motor": 0, "none": 12}),
+])
+def test_player_drives_a_team_mjcf_matched_by_joint_name(tmp_path, actuators, kinds):
+    """A team's own Go1 MJCF (an ``imu`` site of its own, servos or motors named otherwise,
+    or no actuators, no exported sensors) plays the shipped policy: joints and actuators are
+    matched by the joint they drive, the sidecar's PD gains set on servos or applied as
+    torques, and the walk is the exported model's."""
+    from tests.team_mjcf import team_go1
+
+    xml = team_go1(tmp_path / f"go1_{actuators}.xml", actuators=actuators)
+    player, failure = play(xml)
+    assert player.actuation.summary == kinds
+    assert failure is None
+    assert player.lin_err / player.steps < 0.15
+    if actuators == "position":  # the servos now carry the sidecar's gains
+        a = player.actuation.ctrl_ids
+        np.testing.assert_allclose(player.model.actuator_gainprm[a, 0], 30.0)
+        np.testing.assert_allclose(player.model.actuator_biasprm[a, 2], -0.8)
+    exported, _ = play(PRETRAINED / "robot.xml")
+    # Same physics and policy from the same spawn: the team model walks like the export
+    # (servo or torque PD differ only by the servo's implicit damping).
+    np.testing.assert_allclose(player.data.qpos[:2], exported.data.qpos[:2], atol=0.1)
+
+
+def test_player_refuses_a_model_missing_the_sidecars_joints(tmp_path):
+    from tests.team_mjcf import team_go1
+
+    xml = (team_go1(tmp_path / "go1.xml", actuators="none").read_text()
+           .replace('name="FL_calf_joint"', 'name="FL_knee"'))
+    (tmp_path / "renamed.xml").write_text(xml)
+    with pytest.raises(deploy.DeployError, match=r"lacks joint \['FL_calf_joint'\]"):
+        play(tmp_path / "renamed.xml")
+
+
+def test_sidecar_records_the_joint_dynamics_trained_under(go1):
+    _, result = go1
+    sidecar = json.loads((result.out_dir / "policy.json").read_text())
+    dynamics = sidecar["joint_dynamics"]
+    assert dynamics["damping"] == pytest.approx([0.05] * 12)
+    assert dynamics["frictionloss"] == pytest.approx([0.05] * 12)
+    assert dynamics["armature"] == pytest.approx([0.005, 0.005, 0.01] * 4)
+    assert dynamics["randomization"] is None  # trained without randomization
+    assert sidecar["termination"]["contact_bodies"][0] == "trunk"

@@ -66,6 +66,27 @@ def solver_profiles(trained: DictConfig) -> dict[str, dict[str, Any]]:
     return {name: {k: v for k, v in p.items() if k != "name"} for name, p in profiles.items()}
 
 
+# Randomization events about the joints and contacts a deployed robot differs in.
+DYNAMICS_EVENTS = ("joint_dynamics", "contact", "friction", "actuator")
+
+
+def joint_dynamics(env: LocomotionEnv, cfg: DictConfig) -> dict[str, Any]:
+    """The joint dynamics the policy was trained under: the model's damping (N m s/rad),
+    dry friction (N m) and armature (kg m^2) per joint, and the randomization of them (the
+    preset's name and its events on joints and contacts; null: none)."""
+    dofs = env.layout.joint_qvel
+    model = env.model
+    randomization = cfg.get("randomization") or {}
+    events = randomization.get("events") or {}
+    drawn = {name: OmegaConf.to_container(event, resolve=True)
+             for name, event in events.items() if name in DYNAMICS_EVENTS}
+    return {"damping": [float(v) for v in model.dof_damping[dofs]],
+            "frictionloss": [float(v) for v in model.dof_frictionloss[dofs]],
+            "armature": [float(v) for v in model.dof_armature[dofs]],
+            "randomization": ({"preset": str(randomization.get("name")), "events": drawn}
+                              if drawn else None)}
+
+
 def package_versions() -> dict[str, str]:
     """Versions of the packages that produced (and must be able to read) the export."""
     versions = {"python": platform.python_version()}
@@ -114,8 +135,11 @@ def build_sidecar(env: LocomotionEnv, cfg: DictConfig, checkpoint: dict[str, Any
         "episode_length_steps": env.max_episode_length,
         "init_state": {"base_height": spec.init_height,
                        **OmegaConf.to_container(task.init_state, resolve=True)},
+        "joint_dynamics": joint_dynamics(env, cfg),
         "termination": {
             "max_tilt": float(task.terminations.max_tilt),
+            "contact_bodies": (list(spec.terminate_contacts)
+                               if task.terminations.base_contact else []),
             "contact_sensors": ([f"{b}_contact" for b in spec.terminate_contacts]
                                 if task.terminations.base_contact else []),
         },
