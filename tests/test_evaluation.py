@@ -253,3 +253,60 @@ def test_evaluates_a_checkpoint_of_a_robot_with_fewer_actuators_than_joints(tmp_
     rows = report["sweeps"]["push"]["policies"]["dmc"]["levels"]
     assert [r["episodes"] for r in rows] == [4, 4]
     assert all(0 < r["cost_of_transport"] < float("inf") for r in rows)
+
+
+# ---------------------------------------------------------------------- joint dynamics, models
+def test_joint_dynamics_and_contact_axes_set_every_joint_of_their_slots(standing):
+    """damping, frictionloss, armature and contact set their level on every joint (or foot
+    contact) of their slots and leave the rest at the model's values."""
+    suite = tiny_suite({"damping": [0.05, 2.0], "armature": [0.02], "contact": [0.04]},
+                       episodes_per_level=4, episode_length_s=1.0)
+    nominal = {"damping": 0.05, "armature": None, "contact": 0.02}
+    where = suite.conditions(nominal)
+    assert where[("damping", 0.05)] == ()  # the model's own damping: nominal, run once
+    (batch,) = plan_batches(where.values(), "fast")
+    runner = BatchRunner(standing, batch, suite, 0, NATIVE, "cpu")
+    try:
+        env, models = runner.env, runner.env.sim.models
+        dofs = env.layout.joint_qvel
+        ground, foot = env.model.geom("ground").id, env.model.geom(env.spec.feet[0]).id
+        for i, cond in enumerate(batch.conditions):
+            m = models[int(runner._slots(i)[0])]
+            levels = dict(cond)
+            assert m.dof_damping[dofs] == pytest.approx([levels.get("damping", 0.05)] * 12)
+            want = [levels["armature"]] * 12 if "armature" in levels else \
+                env.model.dof_armature[dofs]
+            assert m.dof_armature[dofs] == pytest.approx(want)
+            assert m.dof_frictionloss[dofs] == pytest.approx([0.05] * 12)
+            assert m.geom_solref[[ground, foot], 0] == pytest.approx(
+                [levels.get("contact", 0.02)] * 2)
+    finally:
+        runner.close()
+    report, _ = evaluate([standing], suite, seed=0, sim=NATIVE)
+    assert report["sweeps"]["damping"]["policies"]["stand"]["levels"][1]["survival"] == 1.0
+
+
+def test_robot_axis_evaluates_another_mjcf_of_the_robot(standing, tmp_path):
+    """robot: a team's MJCF with its own names for actuators and sites, and its own joint
+    damping, builds in its own batch with joints mapped by name."""
+    from tests.team_mjcf import team_go1
+
+    xml = team_go1(tmp_path / "team_go1.xml", damping=2.0, frictionloss=0.2, armature=0.02)
+    suite = tiny_suite({"robot": [str(xml)]}, grids={"robot_x_command": {
+        "robot": [str(xml)], "command": [0.0, 0.5]}}, episodes_per_level=4,
+        episode_length_s=1.0)
+    batches = plan_batches(suite.conditions({}).values(), "fast")
+    assert [b.robot for b in batches] == [str(xml.resolve())]
+    runner = BatchRunner(standing, batches[0], suite, 0, NATIVE, "cpu")
+    try:
+        dofs = runner.env.layout.joint_qvel
+        assert runner.env.model.dof_damping[dofs] == pytest.approx([2.0] * 12)
+        assert runner.env.model.nu == 12 and runner.env.model.site("imu").id >= 0
+    finally:
+        runner.close()
+    report, _ = evaluate([standing], suite, seed=0, sim=NATIVE)
+    rows = report["sweeps"]["robot"]["policies"]["stand"]["levels"]
+    assert rows[0]["survival"] == 1.0 and rows[0]["episodes"] == 4
+    assert "team_go1.xml" in markdown(report)
+    with pytest.raises(SuiteError, match="do not exist"):
+        tiny_suite({"robot": [str(tmp_path / "nope.xml")]})

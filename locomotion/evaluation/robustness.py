@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from locomotion.evaluation.metrics import Episodes, robustness_margin, summarize
 from locomotion.evaluation.policies import Policy
 from locomotion.evaluation.rollouts import BatchRunner
-from locomotion.evaluation.suite import AXES, Condition, Suite, plan_batches
+from locomotion.evaluation.suite import AXES, JOINT_AXES, Condition, Suite, plan_batches
 from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.sim.robot_spec import load_robot_spec
 
@@ -39,7 +39,18 @@ def nominal_levels(policy: Policy, suite: Suite) -> dict[str, object]:
     # sliding friction of a foot-ground contact: MuJoCo takes the larger of the two geoms
     feet = [model.geom(f).id for f in spec.feet]
     friction = float(max(model.geom_friction[[model.geom("ground").id, *feet], 0]))
-    return {**CONSTANT_NOMINAL, "friction": friction, "solver": str(solver)}
+    # joint axes: the model's value when every joint has the same (else no level is nominal)
+    dofs = model.jnt_dofadr[[model.joint(j).id for j in spec.joints]]
+    joint = {}
+    for axis, field in JOINT_AXES.items():
+        values = getattr(model, field)[dofs]
+        joint[axis] = float(values[0]) if (values == values[0]).all() else None
+    # a foot-ground contact's time constant: the solmix-weighted mean of the two geoms'
+    ground = model.geom("ground").id
+    mix = model.geom_solmix[[ground, feet[0]]]
+    contact = float((mix * model.geom_solref[[ground, feet[0]], 0]).sum() / mix.sum())
+    return {**CONSTANT_NOMINAL, "friction": friction, "solver": str(solver), **joint,
+            "contact": round(contact, 6)}
 
 
 def evaluate_policy(policy: Policy, suite: Suite, seed: int, sim: DictConfig, device: str,

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import config_group, replay_config
 from locomotion.evaluation.metrics import Episodes
 from locomotion.evaluation.policies import Policy
-from locomotion.evaluation.suite import Batch, Condition, Suite, SuiteError
+from locomotion.evaluation.suite import JOINT_AXES, Batch, Condition, Suite, SuiteError
+from locomotion.robots import ROBOTS_DIR
 from locomotion.sim.rotations import projected_gravity, quat_rotate_inverse
 from locomotion.tasks import make_env
 
@@ -71,8 +75,21 @@ def batch_config(policy: Policy, batch: Batch, suite: Suite, num_envs: int, seed
         cfg.terrain = config_group("terrain", "flat")
     if cfg.get("multitask") is not None:  # subtasks would change commands and terrain
         cfg.multitask = None
+    if batch.robot is not None:
+        cfg.robot.spec = robot_spec_for(str(cfg.robot.spec), batch.robot)
     cfg.randomization = randomization_config(batch, suite, float(task.control_dt))
     return cfg
+
+
+def robot_spec_for(spec: str, mjcf: str) -> str:
+    """A copy of robot spec ``spec`` (a name or a spec.yaml) pointing at another MJCF of the
+    robot, written to a temporary folder: the same joints, gains and feet by name."""
+    path = Path(spec) if spec.endswith((".yaml", ".yml")) else ROBOTS_DIR / spec / "spec.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["mjcf"] = str(Path(mjcf).resolve())
+    out = Path(tempfile.mkdtemp(prefix="robot_axis_")) / "spec.yaml"
+    out.write_text(yaml.safe_dump(raw))
+    return str(out)
 
 
 def randomization_config(batch: Batch, suite: Suite, control_dt: float) -> DictConfig:
@@ -97,6 +114,12 @@ def randomization_config(batch: Batch, suite: Suite, control_dt: float) -> DictC
     if "push" in levels:
         top = max(levels["push"])
         events["push"] = {"mode": "manual", "velocity": [-top, top]}
+    joint = {axis: [0.0, max(levels[axis])] for axis in JOINT_AXES if axis in levels}
+    if joint:  # values are set per slot: the level, or the joint's own value (0 .. max)
+        events["joint_dynamics"] = {"mode": "manual", **joint}
+    if "contact" in levels:
+        events["contact"] = {"mode": "manual", "timeconst": [min(levels["contact"]),
+                                                             max(levels["contact"])]}
     noise = {}
     if "noise" in levels:
         preset = config_group("randomization", str(suite.cfg.noise_preset))
@@ -156,9 +179,18 @@ class BatchRunner:
         self.forward = torch.full((n,), math.nan, device=dev)  # nan: sampled command
         self.payload = torch.zeros(n, dtype=torch.float64)
         r.set_noise_scale(torch.arange(n), 0.0)
+        joint_event = r.events.get("joint_dynamics")
         for i, cond in enumerate(self.batch.conditions):
             ids = self._slots(i)
             k = len(ids)
+            if joint_event is not None:  # every slot: its levels, else the model's values
+                dofs = torch.as_tensor(env.layout.joint_qvel)
+                levels = dict(cond)
+                r.set("joint_dynamics", ids, **{
+                    axis: (torch.full((k, len(dofs)), float(levels[axis])) if axis in levels
+                           else torch.as_tensor(getattr(env.model, JOINT_AXES[axis])[dofs])
+                           .expand(k, -1))
+                    for axis in joint_event.draws})
             for axis, v in cond:
                 if axis == "friction":
                     r.set("friction", ids, friction=torch.full((k, 1), v))
@@ -177,7 +209,11 @@ class BatchRunner:
                     self.forward[ids.to(dev)] = v
                 elif axis == "terrain":
                     self._place_on_terrain(ids, int(v))
-                elif axis != "solver":  # solver: the batch's compiled model
+                elif axis == "contact":
+                    r.set("contact", ids, timeconst=torch.full((k, 1), v))
+                elif axis in JOINT_AXES:
+                    pass  # set above, with the joint axes the condition leaves alone
+                elif axis not in ("solver", "robot"):  # the batch's compiled model
                     raise SuiteError(f"no slot assignment for axis {axis!r}")
         self.push_ids = (self.push_speed > 0).nonzero().squeeze(1).cpu()
         self.mass = float(env.model.body_mass.sum()) + self.payload
@@ -210,7 +246,9 @@ class BatchRunner:
                 ids = self._slots(i)
                 parts[c].append(Episodes(**{k: v[ids] for k, v in out.items()}))
             self.progress(f"  batch solver={self.batch.solver}"
-                          f"{' terrain' if self.batch.terrain else ''}: round {rnd + 1}/"
+                          f"{' terrain' if self.batch.terrain else ''}"
+                          f"{f' robot={Path(self.batch.robot).name}' if self.batch.robot else ''}"
+                          f": round {rnd + 1}/"
                           f"{s.rounds} ({s.conditions} conditions x {s.per_round} episodes = "
                           f"{s.num_envs} envs) in {time.perf_counter() - start:.1f} s")
         return {c: Episodes.cat(p) for c, p in parts.items()}

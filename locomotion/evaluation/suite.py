@@ -4,7 +4,8 @@ A suite (``configs/eval/*.yaml``) names one-axis ``sweeps`` and two-axis ``grids
 their levels. Every level (or grid cell) is a *condition*: the axes it moves away from
 nominal. Conditions that are the same physical setting (the nominal level of every axis)
 run once and are shared. Conditions that need a differently compiled model (solver
-profile, terrain grid) go to their own batch; all others run together in one batch.
+profile, terrain grid, another MJCF of the robot) go to their own batch; all others run
+together in one batch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -59,7 +61,23 @@ AXES: dict[str, Axis] = {a.name: a for a in (
          doc="configs/solver option: a differently compiled model"),
     Axis("terrain", "terrain level", "", "up", model=True,
          doc="row of the terrain grid (0 = easiest); the robot spawns at tile centres"),
+    Axis("damping", "joint damping", "N m s/rad", "up",
+         doc="viscous damping of every actuated joint (the model's: robots/<robot>/*.xml)"),
+    Axis("frictionloss", "joint friction loss", "N m", "up",
+         doc="dry friction of every actuated joint"),
+    Axis("armature", "joint armature", "kg m^2", "up",
+         doc="rotor inertia reflected at every actuated joint"),
+    Axis("contact", "foot contact time constant", "s", "up",
+         doc="solref time constant of the foot-ground contacts (larger: softer)"),
+    Axis("robot", "robot model", "", "none", model=True,
+         doc="another MJCF of the robot (a path), joints matched by name; its joint "
+             "dynamics and contacts are kept, actuators and solver options are the spec's"),
 )}
+
+#: Axes that set a joint property on every joint the policy drives (Randomizer event
+#: ``joint_dynamics``, in its own units), and the MjModel field each one is.
+JOINT_AXES = {"damping": "dof_damping", "frictionloss": "dof_frictionloss",
+              "armature": "dof_armature"}
 
 #: A condition: the (axis, level) pairs that differ from nominal, sorted by axis name.
 Condition = tuple[tuple[str, float | int | str], ...]
@@ -86,11 +104,13 @@ class Grid:
 
 @dataclass(frozen=True)
 class Batch:
-    """Conditions that share one compiled model: one env batch (solver, terrain or not)."""
+    """Conditions that share one compiled model: one env batch (solver, terrain or not,
+    the robot's MJCF or another)."""
 
     solver: str
     terrain: bool
     conditions: tuple[Condition, ...]
+    robot: str | None = None  # MJCF path (None: the policy's own model)
 
 
 def unknown_axis_error(names: Iterable[str], where: str) -> SuiteError:
@@ -119,13 +139,20 @@ def _levels(axis: Axis, values, where: str) -> tuple:
     if axis.name == "solver":
         _check_solvers(values, where)
         return tuple(values)
+    if axis.name == "robot":
+        bad = [v for v in values if not Path(str(v)).is_file()]
+        if bad:
+            raise SuiteError(f"{where}: robot models {bad} do not exist (give MJCF paths)")
+        if len(set(values)) != len(values):
+            raise SuiteError(f"{where}: repeated robot models {list(values)}")
+        return tuple(str(Path(str(v)).resolve()) for v in values)
     try:
         levels = tuple(float(v) for v in values)
     except (TypeError, ValueError):
         raise SuiteError(f"{where}: levels of {axis.name} must be numbers, got {values}") from None
     if not all(math.isfinite(v) for v in levels):
         raise SuiteError(f"{where}: levels must be finite, got {list(levels)}")
-    positive = {"friction", "strength", "command"}
+    positive = {"friction", "strength", "armature", "contact"}  # command 0: stand still
     low = min(levels)
     if axis.name in positive and low <= 0:
         raise SuiteError(f"{where}: {axis.name} levels must be > 0, got {list(levels)}")
@@ -236,11 +263,11 @@ class Suite:
 
 def plan_batches(conditions: Iterable[Condition], trained_solver: str) -> list[Batch]:
     """Group unique conditions by compiled model, in a fixed order (the main batch first)."""
-    groups: dict[tuple[str, bool], list[Condition]] = {}
+    groups: dict[tuple[str, bool, str], list[Condition]] = {}
     for c in dict.fromkeys(conditions):  # unique, first-seen order
         d = dict(c)
-        key = (str(d.get("solver", trained_solver)), "terrain" in d)
+        key = (str(d.get("solver", trained_solver)), "terrain" in d, str(d.get("robot", "")))
         groups.setdefault(key, []).append(c)
-    order = sorted(groups, key=lambda k: (k[0] != trained_solver, k[1], k[0]))
-    return [Batch(solver, terrain, tuple(groups[(solver, terrain)]))
-            for solver, terrain in order]
+    order = sorted(groups, key=lambda k: (k[0] != trained_solver, k[1], k[2], k[0]))
+    return [Batch(solver, terrain, tuple(groups[(solver, terrain, robot)]), robot or None)
+            for solver, terrain, robot in order]
