@@ -36,7 +36,9 @@ class GaitClock:
         self.gen = generator
         self.device = device
         self.gait = torch.full((num_envs,), FREE, dtype=torch.long, device=device)
-        self.assigned = torch.full((num_envs,), DRAW, dtype=torch.long)  # set by subtasks
+        self.assigned = torch.full((num_envs,), DRAW, dtype=torch.long,
+                                   device=device)  # set by subtasks
+        self._sampled = torch.tensor(self.sampled, dtype=torch.long, device=device)
         self.frequency = torch.zeros(num_envs, device=device)
         self.phase = torch.zeros(num_envs, device=device)
 
@@ -50,20 +52,36 @@ class GaitClock:
 
     def assign(self, env_ids: torch.Tensor, gaits: torch.Tensor) -> None:
         """Give ``env_ids`` these gait indices (FREE, DRAW or a gait) from their next reset."""
-        self.assigned[env_ids.cpu()] = gaits.cpu()
+        self.assigned[env_ids] = gaits.to(self.assigned.device)
 
     def reset(self, env_ids: torch.Tensor) -> None:
         """New gait (``assigned``, else drawn from ``sample``), frequency and phase."""
-        n = len(env_ids)
-        pick = torch.randint(len(self.sampled), (n,), generator=self.gen)
-        gaits = self.assigned[env_ids.cpu()]
-        gaits = torch.where(gaits == DRAW, torch.tensor(self.sampled, dtype=torch.long)[pick],
-                            gaits)
+        n, dev = len(env_ids), self.gen.device
+        pick = torch.randint(len(self.sampled), (n,), generator=self.gen, device=dev)
+        gaits = self.assigned[env_ids]
+        gaits = torch.where(gaits == DRAW, self._sampled[pick], gaits)
         low, high = self.frequency_range
-        self.gait[env_ids] = gaits.to(self.device)
-        self.frequency[env_ids] = (low + (high - low) * torch.rand(n, generator=self.gen)
-                                   ).to(self.device)
-        self.phase[env_ids] = torch.rand(n, generator=self.gen).to(self.device)
+        self.gait[env_ids] = gaits
+        self.frequency[env_ids] = low + (high - low) * torch.rand(n, generator=self.gen,
+                                                                  device=dev)
+        self.phase[env_ids] = torch.rand(n, generator=self.gen, device=dev)
+
+    def reset_where(self, mask: torch.Tensor) -> None:
+        """``reset`` of the envs where ``mask`` [N] is set, drawn for every env (no host
+        read)."""
+        n, dev = len(mask), self.gen.device
+        pick = torch.randint(len(self.sampled), (n,), generator=self.gen, device=dev)
+        gaits = torch.where(self.assigned == DRAW, self._sampled[pick], self.assigned)
+        low, high = self.frequency_range
+        frequency = low + (high - low) * torch.rand(n, generator=self.gen, device=dev)
+        phase = torch.rand(n, generator=self.gen, device=dev)
+        self.gait.copy_(torch.where(mask, gaits, self.gait))
+        self.frequency.copy_(torch.where(mask, frequency, self.frequency))
+        self.phase.copy_(torch.where(mask, phase, self.phase))
+
+    def assign_where(self, mask: torch.Tensor, gaits: torch.Tensor) -> None:
+        """``assign`` to the envs where ``mask`` [N] is set, from rows of ``gaits`` [N]."""
+        self.assigned.copy_(torch.where(mask, gaits, self.assigned))
 
     def advance(self, dt: float) -> None:
         self.phase = (self.phase + self.frequency * dt) % 1.0

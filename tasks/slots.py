@@ -45,6 +45,10 @@ class SubtaskSlots:
         """Envs ``env_ids`` are resetting: they start running their target subtask."""
         self.current[env_ids] = self.target[env_ids]
 
+    def adopt_where(self, mask: torch.Tensor) -> None:
+        """``adopt`` for the envs where ``mask`` [N] is set (no host read)."""
+        self.current.copy_(torch.where(mask, self.target, self.current))
+
     def counts(self, which: str = "current", num_subtasks: int | None = None) -> torch.Tensor:
         ids = self.current if which == "current" else self.target
         return torch.bincount(ids.cpu(), minlength=num_subtasks or 0)

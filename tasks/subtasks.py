@@ -97,6 +97,13 @@ class SubtaskSet:
             types = env.terrain.column_types
             self._columns = [torch.tensor([c for c, kind in enumerate(types) if kind in t.terrain],
                                           device=env.device) for t in self.subtasks]
+            # the same as a padded table [S, most columns] and counts, for masked resets
+            self._column_count = torch.tensor([len(c) for c in self._columns],
+                                              device=env.device)
+            self._column_table = torch.nn.utils.rnn.pad_sequence(self._columns,
+                                                                 batch_first=True)
+        self._commands_dev = self._commands.to(env.device)
+        self._gait_dev = self._gait.to(env.device)
         task.observe_subtasks(self.onehot)
 
     def before_reset(self, env_ids: torch.Tensor) -> None:
@@ -114,13 +121,34 @@ class SubtaskSet:
         if env.terrain is not None:
             self._place_on_terrain(env_ids, sub)
 
+    def before_reset_where(self, mask: torch.Tensor) -> None:
+        """``before_reset`` of the envs where ``mask`` [N] is set (the env's masked step
+        mode: no host read)."""
+        self.slots.adopt_where(mask)
+        sub, env = self.slots.current, self.env
+        env.task.set_command_ranges_where(mask, self._commands_dev[sub])
+        if env.task.gait is not None:
+            env.task.gait.assign_where(mask, self._gait_dev[sub])
+        env.randomizer.enable_where("push", mask, self._push[sub])
+        onehot = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
+        self.onehot.copy_(torch.where(mask[:, None], onehot, self.onehot))
+        self.gait_match.masked_fill_(mask, 0.0)
+        if env.terrain is not None:
+            cur, count = env.curriculum, self._column_count[sub]
+            u = torch.rand(len(sub), generator=env.gen, device=env.gen.device)
+            pick = torch.minimum((u * count).long(), count - 1)
+            levels = self._levels[sub]
+            level = torch.maximum(torch.minimum(cur.levels, levels[:, 1]), levels[:, 0])
+            cur.place_where(mask, self._column_table[sub, pick], level)
+
     def _place_on_terrain(self, env_ids: torch.Tensor, sub: torch.Tensor) -> None:
         """A column of the subtask's terrain types, a level in its range (batched per subtask)."""
         cur = self.env.curriculum
         for k in torch.unique(sub).tolist():
             ids = env_ids[sub == k]
             cols = self._columns[k]
-            pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen).to(cols.device)
+            pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen,
+                                 device=self.env.gen.device).to(cols.device)
             low, high = self._levels[k].tolist()
             cur.place(ids, cols[pick], cur.levels[ids].clamp(low, high))
 
@@ -130,7 +158,7 @@ class SubtaskSet:
         if gait is not None:
             self.gait_match += gait.contact_match(world.foot_contact)
 
-    def on_episodes_end(self, env_ids: torch.Tensor, episode: dict) -> None:
+    def on_episodes_end(self, env_ids: torch.Tensor | slice, episode: dict) -> None:
         """Judge the finished episodes of ``env_ids``: adds to ``episode`` their ``subtask``
         id [n], the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed), the share of foot
         contacts on schedule ``gait_match`` [n] (0 without a gait) and ``success`` [n]
@@ -142,6 +170,10 @@ class SubtaskSet:
                               match >= self._min_match[sub]), dim=1).float()
         episode.update(subtask=sub, checks=checks, gait_match=match,
                        success=checks.min(dim=1).values)
+
+    def on_episodes_end_where(self, mask: torch.Tensor, episode: dict) -> None:
+        """``on_episodes_end`` with every env's rows [N] (the env's masked step mode)."""
+        self.on_episodes_end(slice(None), episode)
 
     def state_dict(self) -> dict:
         return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),

@@ -39,10 +39,13 @@ class VelocityTask:
 
     def __init__(self, cfg: DictConfig, spec: RobotSpec, layout: ModelLayout, num_envs: int,
                  dt: float, generator: torch.Generator, device: torch.device | str = "cpu",
-                 terrain: TerrainGrid | None = None):
-        """``generator`` (CPU) draws every random number; buffers live on ``device``;
-        ``terrain`` (None: the ground plane at z = 0) is where heights are measured from."""
+                 terrain: TerrainGrid | None = None, masked: bool = False):
+        """``generator`` (on ``device``) draws every random number; buffers live on ``device``;
+        ``terrain`` (None: the ground plane at z = 0) is where heights are measured from;
+        ``masked``: expired commands are redrawn for every env and kept by mask (no host
+        read; the env's masked step mode)."""
         self.cfg = cfg
+        self.masked = masked
         self.num_envs = num_envs
         self.dt = dt
         self.gen = generator
@@ -67,7 +70,7 @@ class VelocityTask:
         self.commands = torch.zeros(num_envs, 3, device=dev)
         c = cfg.commands
         ranges = torch.tensor([c.lin_vel_x, c.lin_vel_y, c.ang_vel_yaw], dtype=f32)
-        self.command_range = ranges.repeat(num_envs, 1, 1)  # [N, 3, (low, high)], CPU
+        self.command_range = ranges.repeat(num_envs, 1, 1).to(dev)  # [N, 3, (low, high)]
         steering = c.get("heading")
         self.heading_fraction = float(steering.fraction) if steering else 0.0
         self.heading_stiffness = float(steering.stiffness) if steering else 0.0
@@ -112,27 +115,52 @@ class VelocityTask:
         self._setup_height_scan(cfg.get("height_scan"))
 
     # ----------------------------------------------------------------- commands / resets
+    def _rand(self, *shape: int) -> torch.Tensor:
+        """Uniform [0, 1) draws of the task's generator, on its device."""
+        return torch.rand(*shape, generator=self.gen, device=self.gen.device)
+
     def _uniform(self, n: int, low_high) -> torch.Tensor:
         low, high = float(low_high[0]), float(low_high[1])
-        return (low + (high - low) * torch.rand(n, generator=self.gen)).to(self.device)
+        return low + (high - low) * self._rand(n)
 
     def sample_commands(self, env_ids: torch.Tensor) -> None:
         """Draw new commands for ``env_ids`` in their ranges; a configured share stand still."""
         c, n = self.cfg.commands, len(env_ids)
-        rng = self.command_range[env_ids.cpu()]
-        u = torch.stack([torch.rand(n, generator=self.gen) for _ in range(3)], dim=1)
-        cmd = (rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * u).to(self.device)
-        stand = (torch.rand(n, generator=self.gen) < c.standing_fraction).to(self.device)
+        rng = self.command_range[env_ids]
+        u = torch.stack([self._rand(n) for _ in range(3)], dim=1)
+        cmd = rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * u
+        stand = self._rand(n) < c.standing_fraction
         self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
         self.command_timer[env_ids] = c.resample_time_s
         if self.heading_fraction > 0:
             self.heading[env_ids] = self._uniform(n, (-math.pi, math.pi))
-            steer = torch.rand(n, generator=self.gen) < self.heading_fraction
-            self.steered[env_ids] = steer.to(self.device) & ~stand
+            steer = self._rand(n) < self.heading_fraction
+            self.steered[env_ids] = steer & ~stand
+
+    def sample_commands_where(self, mask: torch.Tensor) -> None:
+        """``sample_commands`` of the envs where ``mask`` [N] is set, drawn for every env and
+        kept by mask (no host read)."""
+        c, n = self.cfg.commands, self.num_envs
+        rng = self.command_range
+        cmd = rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * self._rand(n, 3)
+        stand = self._rand(n) < c.standing_fraction
+        rows = mask[:, None]
+        self.commands.copy_(torch.where(rows, cmd * (~stand).unsqueeze(1), self.commands))
+        self.command_timer.masked_fill_(mask, float(c.resample_time_s))
+        if self.heading_fraction > 0:
+            heading = self._uniform(n, (-math.pi, math.pi))
+            self.heading.copy_(torch.where(mask, heading, self.heading))
+            steer = (self._rand(n) < self.heading_fraction) & ~stand
+            self.steered.copy_(torch.where(mask, steer, self.steered))
 
     def set_command_ranges(self, env_ids: torch.Tensor, ranges: torch.Tensor) -> None:
         """Draw the next commands of ``env_ids`` from ``ranges`` [n, 3, (low, high)]."""
-        self.command_range[env_ids.cpu()] = ranges.cpu()
+        self.command_range[env_ids] = ranges.to(self.command_range.device)
+
+    def set_command_ranges_where(self, mask: torch.Tensor, ranges: torch.Tensor) -> None:
+        """``set_command_ranges`` of the envs where ``mask`` [N] is set, from rows of
+        ``ranges`` [N, 3, 2]."""
+        self.command_range.copy_(torch.where(mask[:, None, None], ranges, self.command_range))
 
     def set_commands(self, commands: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         """Set the commands [n, 3] of ``env_ids`` (all envs by default) until they expire."""
@@ -151,6 +179,16 @@ class VelocityTask:
         qvel[:, 0:3] = self._uniform(3 * n, (-s.base_lin_vel, s.base_lin_vel)).view(n, 3)
         qvel[:, 3:6] = self._uniform(3 * n, (-s.base_ang_vel, s.base_ang_vel)).view(n, 3)
         return qpos, qvel
+
+    def reset_where(self, mask: torch.Tensor) -> None:
+        """``reset`` of the envs where ``mask`` [N] is set (no host read)."""
+        self.sample_commands_where(mask)
+        if self.gait is not None:
+            self.gait.reset_where(mask)
+        rows = mask[:, None]
+        self.air_time.masked_fill_(rows, 0.0)
+        self.last_contact.masked_fill_(rows, True)
+        self.last_joint_vel.masked_fill_(rows, 0.0)
 
     def reset(self, env_ids: torch.Tensor) -> None:
         """Clear per-episode trackers of ``env_ids`` and give them new commands."""
@@ -171,12 +209,15 @@ class VelocityTask:
         self.command_timer -= self.dt
         if self.gait is not None:
             self.gait.advance(self.dt)
-        expired = (self.command_timer <= 0).nonzero().squeeze(1)
-        if len(expired):
-            self.sample_commands(expired)
+        if self.masked:
+            self.sample_commands_where(self.command_timer <= 0)
+        else:
+            expired = (self.command_timer <= 0).nonzero().squeeze(1)
+            if len(expired):
+                self.sample_commands(expired)
         if self.heading_fraction > 0:
             rate = self.heading_stiffness * wrap_angle(self.heading - heading(world.base_quat))
-            limits = self.command_range[:, 2].to(self.device)
+            limits = self.command_range[:, 2]
             rate = torch.clamp(rate, limits[:, 0], limits[:, 1])
             self.commands[:, 2] = torch.where(self.steered, rate, self.commands[:, 2])
 

@@ -9,8 +9,9 @@ An event (``configs/randomization/*.yaml``) has a mode and uniform draws:
 
 A draw is ``[low, high]`` (the value itself), ``{scale: [low, high]}`` (times the nominal
 value) or ``{add: [low, high]}`` (plus the nominal value). All draws come from the env's
-seeded generator, one tensor per event for all affected envs, so a seed gives the same
-randomization on any backend. Model parameters reach the physics only through the
+seeded generator on its device, one tensor per event for all affected envs, so a seed
+gives the same randomization on either backend on one device. The per-env model table
+lives on the env's device too. Model parameters reach the physics only through the
 backend's ``set_params`` and pushes through its state tensors, so both backends share
 this code. With no events the randomizer draws nothing and changes nothing.
 
@@ -22,6 +23,7 @@ keeps the copies in cache; ``null`` draws one robot per env.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -75,8 +77,8 @@ class Draw:
         return cls(op, low, high)
 
     def sample(self, n: int, k: int, gen: torch.Generator) -> torch.Tensor:
-        """[n, k] values drawn uniformly in [low, high] (float64, CPU)."""
-        u = torch.rand(n, k, generator=gen, dtype=torch.float64)
+        """[n, k] values drawn uniformly in [low, high] (float64, on the generator's device)."""
+        u = torch.rand(n, k, generator=gen, dtype=torch.float64, device=gen.device)
         return self.low + (self.high - self.low) * u
 
     def combine(self, nominal: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -101,28 +103,52 @@ class Draw:
 class ModelTable:
     """Per-env copies of the model fields events change, pushed to the backend by rows."""
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int):
+    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device | str = "cpu"):
         self.model = model
         self.num_envs = num_envs
+        self.device = torch.device(device)
         self.fields: dict[str, torch.Tensor] = {}
         self._nominal: dict[str, torch.Tensor] = {}
+        self._before: dict[str, torch.Tensor] | None = None  # inside ``where``
+        self._touched: set[str] = set()
 
     def nominal(self, field: str) -> torch.Tensor:
         """The shared model's value of ``field`` (read once; events read it at every draw)."""
         if field not in self._nominal:
             self._nominal[field] = torch.as_tensor(np.array(getattr(self.model, field)),
-                                                   dtype=torch.float64)
+                                                   dtype=torch.float64, device=self.device)
         return self._nominal[field]
 
     def __getitem__(self, field: str) -> torch.Tensor:
         if field not in self.fields:
             self.fields[field] = self.nominal(field).repeat(self.num_envs,
                                                            *[1] * getattr(self.model, field).ndim)
+        if self._before is not None and field not in self._before:
+            self._before[field] = self.fields[field].clone()
         return self.fields[field]
 
     def commit(self, sim, ids: torch.Tensor, fields: tuple[str, ...]) -> None:
+        if self._before is not None:  # inside ``where``: pushed once, at its end
+            self._touched.update(fields)
+            return
         for f in fields:
             sim.set_params(ids, f, self[f][ids])
+
+    @contextlib.contextmanager
+    def where(self, sim, mask: torch.Tensor):
+        """Events applied to every env inside keep their rows where ``mask`` [N] is set and
+        the old rows elsewhere; the fields they changed reach the backend once, for every
+        env (no host read)."""
+        self._before, self._touched = {}, set()
+        try:
+            yield
+        finally:
+            before, touched, self._before = self._before, self._touched, None
+        ids = torch.arange(self.num_envs, device=self.device)
+        for f in sorted(touched):
+            new = self.fields[f]
+            new.copy_(torch.where(mask.view(-1, *[1] * (new.dim() - 1)), new, before[f]))
+            sim.set_params(ids, f, new)
 
 
 class Event:
@@ -162,13 +188,26 @@ class Event:
         sizes = self.sizes()
         return {k: d.sample(len(ids), sizes[k], self.r.gen) for k, d in self.draws.items()}
 
+    def validate(self, values: dict[str, torch.Tensor]) -> None:
+        """Reject values given by code (``Randomizer.set``) that the event cannot apply."""
+
     def apply(self, ids: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
         raise NotImplementedError
+
+    def apply_where(self, mask: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
+        """``apply`` to the envs where ``mask`` [N] is set, from every env's draws (interval
+        events, in the masked step mode)."""
+        raise NotImplementedError(f"event {self.name!r} cannot fire by mask")
 
     def describe(self) -> str:
         draws = ", ".join(f"{k} {d}" for k, d in self.draws.items())
         extra = "".join(f", {k}={v}" for k, v in self.settings.items())
         return f"{self.name} ({self.mode}): {draws}{extra}"
+
+
+def _index(r: Randomizer, ids) -> torch.Tensor:
+    """Model indices (geoms, bodies, dofs) as a tensor on the env's device."""
+    return torch.as_tensor(np.asarray(ids), dtype=torch.long, device=r.device)
 
 
 def _positive(event: Event, draw: str, nominal: np.ndarray, what: str) -> None:
@@ -188,9 +227,9 @@ class Friction(Event):
 
     def check(self) -> None:
         r = self.r
-        names = ["ground", *r.spec.feet]
-        self.geoms = torch.tensor([r.model.geom(n).id for n in names])
-        _positive(self, "friction", r.model.geom_friction[self.geoms, 0], "friction")
+        geoms = [r.model.geom(n).id for n in ["ground", *r.spec.feet]]
+        self.geoms = _index(r, geoms)
+        _positive(self, "friction", r.model.geom_friction[geoms, 0], "friction")
 
     def apply(self, ids, values):
         table = self.r.table
@@ -216,8 +255,9 @@ class Payload(Event):
     DRAWS = ("mass",)
 
     def check(self) -> None:
-        self.body = torch.tensor([self.r.model.body(self.r.spec.base_body).id])
-        _positive(self, "mass", self.r.model.body_mass[self.body], "the base mass")
+        body = [self.r.model.body(self.r.spec.base_body).id]
+        self.body = _index(self.r, body)
+        _positive(self, "mass", self.r.model.body_mass[body], "the base mass")
 
     def apply(self, ids, values):
         nominal = self.r.table.nominal("body_mass")[self.body]
@@ -231,9 +271,9 @@ class LinkMass(Event):
 
     def check(self) -> None:
         m, base = self.r.model, self.r.model.body(self.r.spec.base_body).id
-        self.bodies = torch.tensor([b for b in range(1, m.nbody)
-                                    if b != base and m.body_mass[b] > 0])
-        _positive(self, "mass", m.body_mass[self.bodies], "link masses")
+        bodies = [b for b in range(1, m.nbody) if b != base and m.body_mass[b] > 0]
+        self.bodies = _index(self.r, bodies)
+        _positive(self, "mass", m.body_mass[bodies], "link masses")
 
     def sizes(self):
         return {"mass": len(self.bodies)}
@@ -269,24 +309,25 @@ class Actuator(Event):
 
     def check(self) -> None:
         r = self.r
-        self.ids = torch.as_tensor(r.layout.actuator_ids)
+        ids = np.asarray(r.layout.actuator_ids)
+        self.ids = _index(r, ids)
         if r.spec.actuation != "pd" and {"kp", "kd"} & set(self.draws):
             raise RandomizationError(f"event {self.name!r}: kp/kd need PD actuation; robot "
                                      f"{r.spec.name!r} has actuation {r.spec.actuation!r}")
         m = r.model
         _positive(self, "strength", np.ones(1), "motor strength")
-        _positive(self, "kp", m.actuator_gainprm[self.ids, 0], "kp")
-        _positive(self, "kd", -m.actuator_biasprm[self.ids, 2], "kd")
+        _positive(self, "kp", m.actuator_gainprm[ids, 0], "kp")
+        _positive(self, "kd", -m.actuator_biasprm[ids, 2], "kd")
 
     def sizes(self):
         return {"strength": 1, "kp": len(self.ids), "kd": len(self.ids)}
 
     def apply(self, ids, values):
         table, a = self.r.table, self.ids
-        strength = values.get("strength", torch.ones(len(ids), 1, dtype=torch.float64))
+        one = torch.ones(1, dtype=torch.float64, device=self.r.device)
+        strength = values.get("strength", one.expand(len(ids), 1))
         if "strength" in self.draws:
-            strength = self.draws["strength"].combine(torch.ones(1, dtype=torch.float64),
-                                                      strength)
+            strength = self.draws["strength"].combine(one, strength)
         rows = ids[:, None]
         if self.r.spec.actuation != "pd":
             table["actuator_gear"][rows, a, 0] = table.nominal("actuator_gear")[a, 0] * strength
@@ -316,9 +357,10 @@ class JointDynamics(Event):
               "frictionloss": "dof_frictionloss"}
 
     def check(self) -> None:
-        self.dofs = torch.as_tensor(self.r.layout.joint_qvel, dtype=torch.long)
+        dofs = np.asarray(self.r.layout.joint_qvel)
+        self.dofs = _index(self.r, dofs)
         for k, d in self.draws.items():
-            low, _ = d.bounds(getattr(self.r.model, self.FIELDS[k])[self.dofs])
+            low, _ = d.bounds(getattr(self.r.model, self.FIELDS[k])[dofs])
             if low < 0:
                 raise RandomizationError(f"event {self.name!r}: {k} can reach {low:.4g}; "
                                          "it must not be negative")
@@ -349,13 +391,14 @@ class Contact(Event):
 
     def check(self) -> None:
         r = self.r
-        self.geoms = torch.tensor([r.model.geom(n).id for n in ["ground", *r.spec.feet]])
+        geoms = [r.model.geom(n).id for n in ["ground", *r.spec.feet]]
+        self.geoms = _index(r, geoms)
         for k in ("timeconst", "dampratio"):
             field, col = self.COLUMNS[k]
-            _positive(self, k, getattr(r.model, field)[self.geoms, col], k)
+            _positive(self, k, getattr(r.model, field)[geoms, col], k)
         for k in ("dmin", "dmax"):
             if k in self.draws:
-                low, high = self.draws[k].bounds(r.model.geom_solimp[self.geoms, 1 if k == "dmax"
+                low, high = self.draws[k].bounds(r.model.geom_solimp[geoms, 1 if k == "dmax"
                                                                      else 0])
                 if low <= 0 or high >= 1:
                     raise RandomizationError(f"event {self.name!r}: {k} can reach "
@@ -380,8 +423,8 @@ class EncoderBias(Event):
         return {"offset": self.r.num_joints}
 
     def apply(self, ids, values):
-        self.r.joint_bias[ids.to(self.r.device)] = self.draws["offset"].combine(
-            torch.zeros(1, dtype=torch.float64), values["offset"]).float().to(self.r.device)
+        zero = torch.zeros(1, dtype=torch.float64, device=self.r.device)
+        self.r.joint_bias[ids] = self.draws["offset"].combine(zero, values["offset"]).float()
 
 
 class Latency(Event):
@@ -406,13 +449,15 @@ class Latency(Event):
     def sample(self, ids):
         d = self.draws["steps"]
         return {"steps": torch.randint(int(d.low), int(d.high) + 1, (len(ids), 1),
-                                       generator=self.r.gen)}
+                                       generator=self.r.gen, device=self.r.gen.device)}
 
-    def apply(self, ids, values):
-        steps = values["steps"].reshape(len(ids)).long()
+    def validate(self, values):
+        steps = values["steps"]
         if (steps < 0).any() or (steps > self.max_steps).any():
             raise RandomizationError(f"latency steps must lie in [0, {self.max_steps}]")
-        self.r.delay[ids.to(self.r.device)] = steps.to(self.r.device)
+
+    def apply(self, ids, values):
+        self.r.delay[ids] = values["steps"].reshape(len(ids)).long()
 
 
 class InitialState(Event):
@@ -426,13 +471,15 @@ class InitialState(Event):
         return {"height": 1, "roll": 1, "pitch": 1, "linear": 3, "angular": 3,
                 "joint_pos": j, "joint_vel": j}
 
+    def check(self) -> None:
+        self.jq = _index(self.r, self.r.layout.joint_qpos)
+        self.jv = _index(self.r, self.r.layout.joint_qvel)
+
     def apply_state(self, ids, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        v = {k: t.to(qpos.device, qpos.dtype) for k, t in self.sample(ids).items()}
-        jq, jv = (torch.as_tensor(c, dtype=torch.long)
-                  for c in (self.r.layout.joint_qpos, self.r.layout.joint_qvel))
-        for key, cols, state in (("height", [2], qpos), ("linear", [0, 1, 2], qvel),
-                                 ("angular", [3, 4, 5], qvel), ("joint_pos", jq, qpos),
-                                 ("joint_vel", jv, qvel)):
+        v = {k: t.to(qpos.dtype) for k, t in self.sample(ids).items()}
+        for key, cols, state in (("height", slice(2, 3), qpos), ("linear", slice(0, 3), qvel),
+                                 ("angular", slice(3, 6), qvel), ("joint_pos", self.jq, qpos),
+                                 ("joint_vel", self.jv, qvel)):
             if key in v:
                 state[:, cols] = self.draws[key].combine(state[:, cols], v[key])
         if "roll" in v or "pitch" in v:
@@ -456,7 +503,11 @@ class Push(Event):
 
     def apply(self, ids, values):
         qvel = self.r.sim.qvel
-        qvel[ids.to(qvel.device), 0:2] += values["velocity"].to(qvel)
+        qvel[ids, 0:2] += values["velocity"].to(qvel.dtype)
+
+    def apply_where(self, mask, values):
+        qvel = self.r.sim.qvel
+        qvel[:, 0:2] += torch.where(mask[:, None], values["velocity"].to(qvel.dtype), 0.0)
 
 
 class Force(Event):
@@ -471,11 +522,22 @@ class Force(Event):
 
     def apply(self, ids, values):
         r = self.r
-        wrench = torch.zeros(len(ids), 6, dtype=torch.float64)
+        wrench = torch.zeros(len(ids), 6, dtype=torch.float64, device=r.device)
         wrench[:, :3] = values["force"]
         r.sim.apply_force(ids, r.spec.base_body, wrench)
-        steps = max(1, round(float(self.settings["duration_s"]) / r.control_dt))
-        r.force_left[ids.to(r.device)] = steps
+        r.force_left[ids] = self.steps
+
+    def apply_where(self, mask, values):
+        r = self.r
+        wrench = torch.zeros(len(mask), 6, dtype=torch.float64, device=r.device)
+        wrench[:, :3] = values["force"]
+        r.sim.apply_force_where(mask, r.spec.base_body, wrench)
+        r.force_left.masked_fill_(mask, self.steps)
+
+    @property
+    def steps(self) -> int:
+        """Control steps the force is held."""
+        return max(1, round(float(self.settings["duration_s"]) / self.r.control_dt))
 
 
 EVENTS: dict[str, type[Event]] = {
@@ -491,14 +553,18 @@ class Randomizer:
 
     def __init__(self, cfg, sim, model: mujoco.MjModel, spec: RobotSpec, layout: ModelLayout,
                  control_dt: float, gen: torch.Generator, obs_layout: dict[str, dict[str, slice]],
-                 obs_scales: dict[str, torch.Tensor], seed: int):
-        """``obs_layout``/``obs_scales``: the policy group's columns and scales per term."""
+                 obs_scales: dict[str, torch.Tensor], seed: int, masked: bool = False):
+        """``obs_layout``/``obs_scales``: the policy group's columns and scales per term;
+        ``masked``: interval events fire by mask, without host reads (the env's masked
+        step mode)."""
         self.model, self.spec, self.layout, self.sim = model, spec, layout, sim
         self.num_envs, self.device = sim.num_envs, sim.device
+        self.masked = masked
+        self._all_ids = torch.arange(self.num_envs, device=self.device)
         self.control_dt = control_dt
         self.gen = gen
         self.num_joints = len(spec.joints)
-        self.table = ModelTable(model, self.num_envs)
+        self.table = ModelTable(model, self.num_envs, self.device)
         cfg = cfg or {}
         valid = ["name", "events", "observation_noise", "distinct_robots"]
         unknown = sorted(set(cfg) - set(valid))
@@ -564,13 +630,14 @@ class Randomizer:
         """Draw the startup events for every env and log what each event randomizes."""
         for line in self.describe():
             log.info("randomization: %s", line)
-        ids = torch.arange(self.num_envs)
+        ids = torch.arange(self.num_envs, device=self.device)
         k = self.distinct_robots
         drawn, robot = ids, ids  # one robot per env
         if k is not None and k < self.num_envs:
             log.info("randomization: startup draws make %d robots shared by %d envs", k,
                      self.num_envs)
-            drawn, robot = torch.arange(k), torch.randperm(self.num_envs, generator=self.gen) % k
+            drawn = torch.arange(k, device=self.device)
+            robot = torch.randperm(self.num_envs, generator=self.gen, device=self.gen.device) % k
         for e in self.events.values():
             if e.mode == "startup":
                 e.apply(ids, {name: v[robot] for name, v in e.sample(drawn).items()})
@@ -580,7 +647,7 @@ class Randomizer:
         """Redraw reset events of ``env_ids`` and perturb their spawn state in place."""
         if not self.events:
             return
-        ids = env_ids.cpu()
+        ids = env_ids
         for name, e in self.events.items():
             if e.mode == "reset":
                 if isinstance(e, InitialState):
@@ -593,28 +660,70 @@ class Randomizer:
             self._history[:, env_ids] = 0.0
         self.force_left[env_ids] = 0
 
+    def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """``reset`` of the envs where ``mask`` [N] is set: every env is drawn for and the
+        draws are kept by mask; ``qpos``/``qvel`` [N, ...] are perturbed in every row (the
+        backend keeps the masked ones). No host read."""
+        if not self.events:
+            return
+        ids, n = self._all_ids, self.num_envs
+        bias, delay = self.joint_bias.clone(), self.delay.clone()
+        with self.table.where(self.sim, mask):
+            for name, e in self.events.items():
+                if e.mode == "reset":
+                    if isinstance(e, InitialState):
+                        e.apply_state(ids, qpos, qvel)
+                    else:
+                        e.apply(ids, e.sample(ids))
+                elif e.mode == "interval":
+                    timer = self._timers[name]
+                    timer.copy_(torch.where(mask, self._interval(e, n), timer))
+        self.joint_bias.copy_(torch.where(mask[:, None], self.joint_bias, bias))
+        self.delay.copy_(torch.where(mask, self.delay, delay))
+        if self._history is not None:
+            self._history.masked_fill_(mask[None, :, None], 0.0)
+        self.force_left.masked_fill_(mask, 0)
+
     def _interval(self, e: Event, n: int) -> torch.Tensor:
         low, high = (float(x) for x in e.settings["interval_s"])
-        return (low + (high - low) * torch.rand(n, generator=self.gen)).to(self.device)
+        return low + (high - low) * torch.rand(n, generator=self.gen, device=self.gen.device)
 
     def before_physics(self) -> None:
         """Release force pushes that have run their time, then fire due interval events."""
+        if self.masked:
+            self._before_physics_where()
+            return
         if "force" in self.events:
             ending = (self.force_left == 1).nonzero().squeeze(1)
             self.force_left.clamp_(min=1).sub_(1)
             if len(ending):
                 self.sim.apply_force(ending, self.spec.base_body,
-                                     torch.zeros(len(ending), 6, dtype=torch.float64))
+                                     torch.zeros(len(ending), 6, dtype=torch.float64,
+                                                 device=self.device))
         for name, timer in self._timers.items():
             timer -= self.control_dt
             due = timer <= 0
             fire = (due & self.enabled[name]).nonzero().squeeze(1)
             if len(fire):
                 e = self.events[name]
-                e.apply(fire.cpu(), e.sample(fire.cpu()))
+                e.apply(fire, e.sample(fire))
             due = due.nonzero().squeeze(1)
             if len(due):
                 timer[due] = self._interval(self.events[name], len(due))
+
+    def _before_physics_where(self) -> None:
+        """``before_physics`` without host reads: events drawn for every env, kept by mask."""
+        if "force" in self.events:
+            ending = self.force_left == 1
+            zero = torch.zeros(self.num_envs, 6, dtype=torch.float64, device=self.device)
+            self.sim.apply_force_where(ending, self.spec.base_body, zero)
+            self.force_left.clamp_(min=1).sub_(1)
+        for name, timer in self._timers.items():
+            timer -= self.control_dt
+            due = timer <= 0
+            e = self.events[name]
+            e.apply_where(due & self.enabled[name], e.sample(self._all_ids))
+            timer.copy_(torch.where(due, self._interval(e, self.num_envs), timer))
 
     def delayed(self, actions: torch.Tensor) -> torch.Tensor:
         """The actions the actuators receive: each env's own, ``delay`` steps old."""
@@ -622,7 +731,7 @@ class Randomizer:
             return actions
         self._history = self._history.roll(1, dims=0)
         self._history[0] = actions
-        return self._history[self.delay, torch.arange(self.num_envs, device=self.device)]
+        return self._history[self.delay, self._all_ids]
 
     def observe(self, obs: dict[str, torch.Tensor],
                 env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -650,9 +759,10 @@ class Randomizer:
                                      f"{sorted(self.events)}")
         e = self.events[name]
         sizes = e.sizes()
-        ids = torch.as_tensor(env_ids).cpu()
-        full = {k: torch.as_tensor(v, dtype=torch.float64).reshape(len(ids), sizes[k])
-                for k, v in values.items()}
+        ids = torch.as_tensor(env_ids, device=self.device)
+        full = {k: torch.as_tensor(v, dtype=torch.float64, device=self.device).reshape(
+            len(ids), sizes[k]) for k, v in values.items()}
+        e.validate(full)
         e.apply(ids, full)
 
     def enable(self, name: str, env_ids: torch.Tensor, on: torch.Tensor | bool) -> None:
@@ -660,6 +770,11 @@ class Randomizer:
         that is not configured as an interval event is left alone."""
         if name in self.enabled:
             self.enabled[name][env_ids] = on
+
+    def enable_where(self, name: str, mask: torch.Tensor, on: torch.Tensor) -> None:
+        """``enable`` for the envs where ``mask`` [N] is set, from rows of ``on`` [N]."""
+        if name in self.enabled:
+            self.enabled[name].copy_(torch.where(mask, on, self.enabled[name]))
 
     def set_noise_scale(self, env_ids: torch.Tensor, scale: torch.Tensor | float) -> None:
         """Scale the observation noise of ``env_ids`` (1: the preset's amplitudes, 0: none)."""
@@ -679,8 +794,9 @@ class Randomizer:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore draws and timers, and set every randomized model field on the backend."""
-        self.table.fields = {k: v.clone() for k, v in state["fields"].items()}
-        self.table.commit(self.sim, torch.arange(self.num_envs), tuple(self.table.fields))
+        self.table.fields = {k: v.to(self.device, copy=True) for k, v in state["fields"].items()}
+        self.table.commit(self.sim, torch.arange(self.num_envs, device=self.device),
+                          tuple(self.table.fields))
         for k in ("joint_bias", "delay", "force_left", "noise_scale"):
             getattr(self, k).copy_(state[k])
         for k, v in state["timers"].items():

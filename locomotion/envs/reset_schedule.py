@@ -56,7 +56,8 @@ class ResetSchedule:
     def initial_counters(self, generator: torch.Generator) -> torch.Tensor:
         """Episode-length counters at the start of training [N] when nothing is pre-advanced."""
         if self.schedule == "random_counter":
-            return torch.randint(0, self.horizon, (self.num_envs,), generator=generator)
+            return torch.randint(0, self.horizon, (self.num_envs,), generator=generator,
+                                 device=generator.device)
         return self.offsets()
 
     def warm_up(self, reset: Callable[[torch.Tensor], None], step: Callable[[int], None],
@@ -87,9 +88,9 @@ class ResetSchedule:
                        ) -> torch.Tensor:
         """Actions of the configured warm-up policy: zeros (default pose), noise, or ``policy``."""
         if self.warmup == "zero":
-            return torch.zeros(shape)
+            return torch.zeros(shape, device=generator.device)
         if self.warmup == "random":
-            return torch.randn(shape, generator=generator)
+            return torch.randn(shape, generator=generator, device=generator.device)
         if policy is None:
             raise ValueError("reset.warmup=policy needs a warm-up policy passed to reset()")
         return policy(obs)
@@ -117,8 +118,9 @@ class PhaseHistogram:
         self.counts = torch.zeros(num_bins, dtype=torch.long, device=device)
 
     def record(self, episode_length: torch.Tensor, horizon: int) -> None:
+        """Count one step of the batch (no host read: ``bincount`` would read its range)."""
         bins = (episode_length * self.num_bins // horizon).clamp(0, self.num_bins - 1)
-        self.counts += torch.bincount(bins, minlength=self.num_bins)
+        self.counts.index_add_(0, bins, torch.ones_like(bins))
 
     def pop(self) -> tuple[torch.Tensor, float]:
         """The normalized histogram since the last pop, and its uniformity in [0, 1].

@@ -22,7 +22,7 @@ class TerrainCurriculum:
 
     def __init__(self, terrain: TerrainGrid, cfg: DictConfig, num_envs: int,
                  generator: torch.Generator, device: torch.device | str = "cpu"):
-        """``generator`` (CPU) draws the initial and wrap-around levels."""
+        """``generator`` (on ``device``) draws the initial and wrap-around levels."""
         self.terrain = terrain
         self.gen = generator
         self.device = torch.device(device)
@@ -34,8 +34,8 @@ class TerrainCurriculum:
                               f"[0, {top}] (levels - 1), got {max_init!r}")
         self.promote_distance = float(cfg.promote_distance) * terrain.tile_size
         self.demote_ratio = float(cfg.demote_ratio)
-        self.levels = torch.randint(0, max_init + 1, (num_envs,),
-                                    generator=generator).to(self.device)
+        self.levels = torch.randint(0, max_init + 1, (num_envs,), generator=generator,
+                                    device=generator.device).to(self.device)
         self.columns = torch.div(torch.arange(num_envs, device=self.device) * terrain.num_columns,
                                  num_envs, rounding_mode="floor")
 
@@ -61,8 +61,29 @@ class TerrainCurriculum:
             down = (distance < self.demote_ratio * command_speed * episode_s) & ~up
             levels = self.levels[env_ids] + up.long() - down.long()
             top = self.terrain.levels
-            wrap = torch.randint(0, top, (len(env_ids),), generator=self.gen).to(self.device)
+            wrap = torch.randint(0, top, (len(env_ids),), generator=self.gen,
+                                 device=self.gen.device).to(self.device)
             self.levels[env_ids] = torch.where(levels >= top, wrap, levels.clamp(min=0))
+
+    def update_where(self, mask: torch.Tensor, distance: torch.Tensor,
+                     command_speed: torch.Tensor, episode_s: float) -> None:
+        """``update`` of the envs where ``mask`` [N] is set, from rows of every env (no host
+        read)."""
+        if self.enabled:
+            up = distance > self.promote_distance
+            down = (distance < self.demote_ratio * command_speed * episode_s) & ~up
+            levels = self.levels + up.long() - down.long()
+            top = self.terrain.levels
+            wrap = torch.randint(0, top, (len(levels),), generator=self.gen,
+                                 device=self.gen.device)
+            levels = torch.where(levels >= top, wrap, levels.clamp(min=0))
+            self.levels.copy_(torch.where(mask, levels, self.levels))
+
+    def place_where(self, mask: torch.Tensor, columns: torch.Tensor,
+                    levels: torch.Tensor) -> None:
+        """``place`` the envs where ``mask`` [N] is set, from rows of every env."""
+        self.columns.copy_(torch.where(mask, columns, self.columns))
+        self.levels.copy_(torch.where(mask, levels, self.levels))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"levels": self.levels.clone(), "columns": self.columns.clone()}

@@ -4,12 +4,26 @@
 Failures (``terminated``) are kept apart from time-outs (``truncated``) so the learner can
 bootstrap the latter from ``info["final_obs"]``, the observation of the last state of
 every episode that ended this step, taken before the autoreset.
+
+Two step modes (``step_mode``), the same env otherwise:
+
+- ``indexed`` (the CPU's): the envs that ended are found by index and only they are
+  respawned and drawn for; ``info`` has ``final_obs``, ``episode`` and ``diverged`` only
+  on steps where some episode ended.
+- ``masked`` (a GPU's): a step never reads the device from the host. Every env is drawn
+  for and respawned, and a mask [N] keeps the rows of the envs that ended; commands and
+  interval events resample the same way. ``info`` has ``final_obs`` (every env), an
+  ``EpisodeBatch`` under ``episode`` (every env's statistics and the mask; reading its
+  rows is one host read) and ``diverged`` (a device scalar) on every step.
+
+``step_mode: auto`` is ``masked`` on a GPU and ``indexed`` on the CPU, where the indexed
+mode draws fewer numbers and a host read costs nothing.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 import torch
@@ -26,6 +40,45 @@ from locomotion.sim.terrain import TerrainGrid, make_terrain
 from locomotion.sim.threads import plan_threads
 
 Obs = dict[str, torch.Tensor]
+STEP_MODES = ("auto", "indexed", "masked")
+
+
+def step_mode(name: str | None, device: torch.device) -> str:
+    """``indexed`` or ``masked``: ``auto`` (or None) is masked on a GPU, indexed on the CPU."""
+    name = name or "auto"
+    if name not in STEP_MODES:
+        raise ConfigError(f"unknown step_mode {name!r}; valid: {list(STEP_MODES)}")
+    if name == "auto":
+        return "indexed" if device.type == "cpu" else "masked"
+    return name
+
+
+class EpisodeBatch(Mapping):
+    """The episodes that ended in a masked step: ``values`` holds every env's statistics
+    (key -> [N, ...]) and ``mask`` [N] which envs ended. As a mapping it holds the rows of
+    the envs that ended, in env order, as an indexed step's ``info["episode"]`` does;
+    the first read of a row is one host read (finding the envs), later ones reuse it."""
+
+    def __init__(self, values: dict[str, torch.Tensor], mask: torch.Tensor):
+        self.values = values
+        self.mask = mask
+        self._rows: dict[str, torch.Tensor] | None = None
+
+    @property
+    def rows(self) -> dict[str, torch.Tensor]:
+        if self._rows is None:
+            ids = self.mask.nonzero().squeeze(1)
+            self._rows = {k: v[ids] for k, v in self.values.items()}
+        return self._rows
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.rows[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 class Task(Protocol):
@@ -40,6 +93,7 @@ class Task(Protocol):
     def initial_state(self, env_ids: torch.Tensor, nq: int,
                       nv: int) -> tuple[torch.Tensor, torch.Tensor]: ...
     def reset(self, env_ids: torch.Tensor) -> None: ...
+    def reset_where(self, mask: torch.Tensor) -> None: ...
     def advance_commands(self, world) -> None: ...
     def set_commands(self, commands: torch.Tensor,
                      env_ids: torch.Tensor | None = None) -> None: ...
@@ -56,12 +110,17 @@ class Task(Protocol):
 
 TaskFactory = Callable[..., Task]
 """Builds a task: ``factory(task_cfg, spec, layout, num_envs, control_dt, generator, device=,
-terrain=)``."""
+terrain=, masked=)``; a masked task resamples commands by mask, without host reads."""
 
 
 class EpisodeHook(Protocol):
     """Code that rides along with the env's episodes (e.g. the subtasks of a multitask run):
-    set up envs before they respawn, watch every step, annotate finished episodes."""
+    set up envs before they respawn, watch every step, annotate finished episodes.
+
+    In the masked step mode the env calls ``before_reset_where(mask)`` and
+    ``on_episodes_end_where(mask, values)`` (every env's rows) where a hook has them, and
+    else the indexed methods with the envs found by a host read.
+    """
 
     def before_reset(self, env_ids: torch.Tensor) -> None: ...
     def after_step(self, world) -> None: ...
@@ -93,10 +152,17 @@ class LocomotionEnv:
             raise ConfigError(f"control_dt {self.control_dt} is not a multiple of the solver "
                               f"timestep {self.solver.timestep}")
         self.max_episode_length = round(cfg.task.episode_length_s / self.control_dt)
-        self.gen = torch.Generator().manual_seed(int(cfg.seed))  # CPU: same draws on any device
         self.device = device = resolve_device(cfg.get("device", "cpu"))
+        # Every draw of the batch (commands, spawns, randomization, curriculum) comes from
+        # one generator on the env's device: a seed gives the same run on one device, and a
+        # GPU draws without copies from the host.
+        self.gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
+        self.step_mode = step_mode(cfg.get("step_mode"), device)
+        self.masked = self.step_mode == "masked"
+        self._all_ids = torch.arange(self.num_envs, device=device)
         self.task = task_factory(cfg.task, self.spec, self.layout, self.num_envs,
-                                 self.control_dt, self.gen, device=device, terrain=self.terrain)
+                                 self.control_dt, self.gen, device=device, terrain=self.terrain,
+                                 masked=self.masked)
         # Terrain: each env's tile (level, column), moved at its resets by the curriculum.
         self.curriculum = None if self.terrain is None else TerrainCurriculum(
             self.terrain, cfg.terrain.curriculum, self.num_envs, self.gen, device)
@@ -134,7 +200,8 @@ class LocomotionEnv:
         # steps summed into _episode_sums: fewer than the episode's length when the episode
         # began before the statistics did (a staggered or random start), i.e. it is partial
         self._summed_steps = torch.zeros(self.num_envs, device=device)
-        self.diverged_count = 0
+        self.diverged_count = 0  # env steps that diverged since the last reset()
+        self._nonfinite_actions = torch.zeros((), dtype=torch.long, device=device)
         self._sim_count: int | None = None  # physics steps only this prefix (warm-up)
         self._start_xy = torch.zeros(self.num_envs, 2, device=device)
         self.obs: Obs = {}
@@ -142,7 +209,7 @@ class LocomotionEnv:
         self.randomizer = Randomizer(
             cfg.get("randomization"), self.sim, self.model, self.spec, self.layout,
             self.control_dt, self.gen, self.task.observation_layout(world, self.actions),
-            self.task.obs_scales.get("policy", {}), int(cfg.seed))
+            self.task.obs_scales.get("policy", {}), int(cfg.seed), masked=self.masked)
         self.randomizer.startup()
         self._reset_envs(torch.arange(self.num_envs, device=device))  # obs exist from the start
 
@@ -158,9 +225,35 @@ class LocomotionEnv:
 
     @property
     def physics_warnings(self) -> dict[str, int]:
-        """MuJoCo's warnings since the env was made, by kind ("Nan, Inf or huge value in
-        QACC"): the native backend counts them instead of printing each; none on Warp."""
+        """The physics engine's warnings since the env was made, by kind: MuJoCo's ("Nan,
+        Inf or huge value in QACC") on native, mujoco_warp's buffer overflows on Warp (one
+        host read there)."""
         return dict(getattr(self.sim, "warnings", {}))
+
+    @property
+    def diverged_count(self) -> int:
+        """Env steps that diverged since the last ``reset()`` (masked: one host read)."""
+        return int(self._diverged_count)
+
+    @diverged_count.setter
+    def diverged_count(self, value: int) -> None:
+        if not self.masked:
+            self._diverged_count = int(value)
+        elif isinstance(getattr(self, "_diverged_count", None), torch.Tensor):
+            self._diverged_count.fill_(int(value))  # in place: fine under inference_mode
+        else:
+            self._diverged_count = torch.tensor(int(value), device=self.device)
+
+    def check_actions_seen(self) -> None:
+        """Masked mode: raise the ``ValueError`` that an indexed step raises at once if any
+        step since the last call got non-finite actions (one host read; call it once per
+        rollout). Indexed mode checks every step and this does nothing."""
+        if self.masked:
+            bad = int(self._nonfinite_actions)
+            self._nonfinite_actions.zero_()
+            if bad:
+                raise ValueError(f"actions contain NaN or inf ({bad} env steps since the "
+                                 "last check)")
 
     @property
     def action_bounds(self) -> torch.Tensor:
@@ -224,7 +317,18 @@ class LocomotionEnv:
             hook.after_step(world)
         self.actions.copy_(actions)
         obs = self.randomizer.observe(self.task.observations(world, actions))
+        if self.masked:
+            info = self._end_episodes_masked(obs, terminated, truncated, diverged)
+        else:
+            info = self._end_episodes(obs, terminated, truncated, diverged)
+        for k, v in obs.items():
+            self.obs[k].copy_(v)
+        return obs, reward, terminated, truncated, info
 
+    def _end_episodes(self, obs: Obs, terminated: torch.Tensor, truncated: torch.Tensor,
+                      diverged: torch.Tensor) -> dict:
+        """Indexed mode: report and respawn the envs that ended (``obs`` gets their first
+        observations); the info of the step."""
         info: dict = {}
         done = terminated | truncated
         done_ids = done.nonzero().squeeze(1)
@@ -241,12 +345,41 @@ class LocomotionEnv:
             for hook in self.hooks.values():
                 hook.on_episodes_end(done_ids, info["episode"])
             n_div = int(diverged.sum())
-            self.diverged_count += n_div
+            self._diverged_count += n_div
             info["diverged"] = n_div
             self._reset_envs(done_ids, obs)
-        for k, v in obs.items():
-            self.obs[k].copy_(v)
-        return obs, reward, terminated, truncated, info
+        return info
+
+    def _end_episodes_masked(self, obs: Obs, terminated: torch.Tensor, truncated: torch.Tensor,
+                             diverged: torch.Tensor) -> dict:
+        """Masked mode: ``_end_episodes`` without host reads (every env's rows, kept where
+        its episode ended)."""
+        done = terminated | truncated
+        final_obs = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in obs.items()}
+        ep = self._episode_values(truncated)
+        whole = done & (ep["partial"] == 0)  # a partial episode says little of the policy
+        self._clear_sums(done)
+        if self.curriculum is not None:  # terrain levels move before the envs respawn
+            self.curriculum.update_where(whole, ep["distance"],
+                                         self.task.commands[:, :2].norm(dim=1),
+                                         self.max_episode_length * self.control_dt)
+            ep["terrain_level"] = self.curriculum.levels.float()
+        batch = EpisodeBatch(ep, done)
+        for hook in self.hooks.values():
+            if hasattr(hook, "on_episodes_end_where"):
+                hook.on_episodes_end_where(done, ep)
+            else:  # a host read: the envs that ended, and their rows
+                ids = done.nonzero().squeeze(1)
+                rows = {k: v[ids] for k, v in ep.items()}
+                hook.on_episodes_end(ids, rows)
+                for k, v in rows.items():  # what the hook added, back into every env's rows
+                    if k not in ep:
+                        ep[k] = v.new_zeros((self.num_envs, *v.shape[1:])).index_copy_(
+                            0, ids, v)
+        n_div = diverged.sum()
+        self._diverged_count += n_div
+        self._reset_where(done, obs)
+        return {"final_obs": final_obs, "episode": batch, "diverged": n_div}
 
     def restart(self, env_ids: torch.Tensor) -> Obs:
         """Respawn ``env_ids`` now, dropping their running episodes unreported (what a
@@ -331,7 +464,9 @@ class LocomotionEnv:
         if actions.shape != (self.num_envs, self.num_actions):
             raise ValueError(f"actions must have shape ({self.num_envs}, {self.num_actions}) "
                              f"(num_envs, num_actions), got {tuple(actions.shape)}")
-        if not torch.isfinite(actions).all():
+        if self.masked:  # counted here, raised by check_actions_seen (no host read)
+            self._nonfinite_actions += (~torch.isfinite(actions)).any(1).sum()
+        elif not torch.isfinite(actions).all():
             bad = (~torch.isfinite(actions)).any(1).nonzero().squeeze(1)[:10].tolist()
             raise ValueError(f"actions contain NaN or inf (envs {bad}...)")
         return actions.clamp(-self.action_clip, self.action_clip)
@@ -370,6 +505,30 @@ class LocomotionEnv:
         for k, v in fresh.items():
             obs[k][env_ids] = v
 
+    def _reset_where(self, mask: torch.Tensor, obs: Obs) -> None:
+        """``_reset_envs`` of the envs where ``mask`` is set, without host reads: spawn
+        states, draws and first observations are made for every env and kept by mask."""
+        ids = self._all_ids
+        for hook in self.hooks.values():
+            if hasattr(hook, "before_reset_where"):
+                hook.before_reset_where(mask)
+            else:
+                hook.before_reset(mask.nonzero().squeeze(1))
+        qpos, qvel = self.task.initial_state(ids, self.model.nq, self.model.nv)
+        if self.curriculum is not None:
+            qpos[:, 0:3] += self.curriculum.origins(ids).to(qpos.dtype)
+        self.randomizer.reset_where(mask, qpos, qvel)
+        self.sim.reset_where(mask, qpos, qvel)
+        self.task.reset_where(mask)
+        self.episode_length.masked_fill_(mask, 0)
+        rows = mask[:, None]
+        self.actions.masked_fill_(rows, 0.0)
+        self._start_xy.copy_(torch.where(rows, qpos[:, 0:2], self._start_xy))
+        fresh = self.randomizer.observe(
+            self.task.observations(self.task.world(self.sim, ids), self.actions, ids), ids)
+        for k, v in fresh.items():
+            obs[k].copy_(torch.where(rows, v, obs[k]))
+
     def _prewarm(self, warmup_policy: Callable[[Obs], torch.Tensor] | None,
                  progress: Callable[[int, int], None] | None = None) -> None:
         """Run the reset schedule's warm-up, simulating only the groups that have started."""
@@ -393,6 +552,23 @@ class LocomotionEnv:
         self._summed_steps += 1
         for k, v in terms.items():
             sums[k] += v
+
+    def _episode_values(self, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``_finish_episodes``' statistics for every env [N] (masked mode keeps the rows of
+        the envs that ended)."""
+        length = self.episode_length.float()
+        summed = self._summed_steps
+        travelled = self.sim.qpos[:, 0:2].float() - self._start_xy
+        out = {"length": length, "timeout": truncated.float(),
+               "distance": travelled.norm(dim=1), "partial": (summed < length).float()}
+        for k, v in self._episode_sums.items():
+            out[k] = v / summed.clamp(min=1) if k.endswith("error") else v.clone()
+        return out
+
+    def _clear_sums(self, mask: torch.Tensor) -> None:
+        for v in self._episode_sums.values():
+            v.masked_fill_(mask, 0.0)
+        self._summed_steps.masked_fill_(mask, 0.0)
 
     def _finish_episodes(self, ids: torch.Tensor, truncated: torch.Tensor) -> dict:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""

@@ -56,6 +56,7 @@ class SchedulerDriver:
         self._successes = torch.zeros(s, dtype=torch.float64)
         self._checks = torch.zeros(s, len(CHECKS), dtype=torch.float64)
         self._match = torch.zeros(s, dtype=torch.float64)
+        self._on_device: torch.Tensor | None = None  # masked steps' counts, not yet read
         self._history: deque[torch.Tensor] = deque(maxlen=_COST_WINDOW)
         self.cost = torch.ones(s, dtype=torch.float64)
 
@@ -65,8 +66,12 @@ class SchedulerDriver:
         share of foot contacts on the gait schedule.
 
         Partial episodes (begun before training by a staggered or random start) are left
-        out: a few steps that happened to end in a time-out are no success.
+        out: a few steps that happened to end in a time-out are no success. A masked step's
+        ``EpisodeBatch`` is counted on the device and read at ``end_iteration``.
         """
+        if hasattr(episode, "mask"):
+            self._record_where(episode.values, episode.mask)
+            return
         whole = episode["partial"].cpu() == 0
         sub = episode["subtask"].cpu()[whole]
         s = len(self.names)
@@ -77,6 +82,29 @@ class SchedulerDriver:
         self._match += torch.bincount(sub, weights=episode["gait_match"].cpu()[whole].double(),
                                       minlength=s)
 
+    def _record_where(self, values: dict, mask: torch.Tensor) -> None:
+        """``record`` of every env's rows [N] where ``mask`` is set (no host read)."""
+        whole = mask & (values["partial"] == 0)
+
+        def kept(x: torch.Tensor) -> torch.Tensor:
+            x = x.double().reshape(len(whole), -1)
+            return torch.where(whole[:, None], x, 0.0)
+
+        rows = torch.cat((kept(whole), kept(values["success"]), kept(values["checks"]),
+                          kept(values["gait_match"])), dim=1)
+        counts = rows.new_zeros(len(self.names), rows.shape[1]).index_add_(
+            0, values["subtask"], rows)
+        self._on_device = counts if self._on_device is None else self._on_device + counts
+
+    def _fold_device_counts(self) -> None:
+        if self._on_device is not None:
+            counts, c = self._on_device.cpu(), len(CHECKS)
+            self._episodes += counts[:, 0]
+            self._successes += counts[:, 1]
+            self._checks += counts[:, 2:2 + c]
+            self._match += counts[:, 2 + c]
+            self._on_device = None
+
     def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
         """Fold in this iteration's outcomes; re-allocate every ``every`` iterations.
 
@@ -85,6 +113,7 @@ class SchedulerDriver:
         contacts on schedule of gait subtasks, and on re-allocation the progress, the new
         slot shares and each rank's rollout time.
         """
+        self._fold_device_counts()
         s, c = len(self.names), len(CHECKS)
         local = self.subtasks.slots.counts("current", s).double()
         stats = torch.cat((self._episodes, self._successes, self._checks.flatten(),

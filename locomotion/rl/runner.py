@@ -1,7 +1,10 @@
 """The training loop: collect K steps from the batched env, update with PPO, log, checkpoint.
 
 One iteration = ``num_steps`` env steps under ``torch.inference_mode`` (timed as sim and
-policy), then GAE and the PPO epochs (timed as learn). Truncated episodes are bootstrapped
+policy), then GAE and the PPO epochs (timed as learn). With the env in its masked step
+mode (a GPU's) collecting never reads the device from the host: time-outs are bootstrapped
+for every env by mask and episode statistics are summed on the device and read once per
+iteration. Truncated episodes are bootstrapped
 from the critic's value of their final observation. Checkpoints are atomic and hold
 everything needed to continue the run bit for bit: weights, optimizer, normalizers, the
 env's physics and counters, the reset schedule and every RNG state.
@@ -399,6 +402,8 @@ class Runner:
         diverged_before = self.env.diverged_count
         warned_before = Counter(getattr(self.env, "physics_warnings", {}))
         timing, episodes = self._collect()
+        if getattr(self.env, "masked", False):
+            self.env.check_actions_seen()  # masked steps count bad actions, raised here
         t0 = time.perf_counter()
         self.ppo.compute_returns(self.storage, self.env.obs["critic"])
         losses = self.ppo.update(self.storage)
@@ -463,6 +468,7 @@ class Runner:
         start = time.perf_counter()
         finished: dict[str, list[torch.Tensor]] = defaultdict(list)
         private = {k for hook in self.hooks.values() for k in hook.episode_keys}
+        tally = EpisodeTally(private) if getattr(env, "masked", False) else None
         with torch.inference_mode():
             obs = {k: v.clone() for k, v in env.obs.items()}
             for _ in range(self.num_steps):
@@ -470,7 +476,13 @@ class Runner:
                 t0 = time.perf_counter()
                 next_obs, reward, terminated, truncated, info = env.step(act.actions)
                 sim_s += time.perf_counter() - t0
-                if "final_obs" in info:
+                if tally is not None:  # masked: every env, every step, no host read
+                    final_values = policy.value(info["final_obs"]["critic"])
+                    reward = bootstrap_truncated(reward, truncated, final_values, gamma)
+                    tally.add(info["episode"])
+                    for hook in self.hooks.values():
+                        hook.record(info["episode"])
+                elif "final_obs" in info:
                     if truncated.any():
                         final_values = policy.value(info["final_obs"]["critic"])
                         reward = bootstrap_truncated(reward, truncated, final_values, gamma)
@@ -485,6 +497,8 @@ class Runner:
                                  action_std=act.action_std)
                 obs = next_obs
         total = time.perf_counter() - start
+        if tally is not None:
+            return {"sim": sim_s, "policy": total - sim_s}, tally.means()
         episodes: dict[str, float] = {}
         count = sum(len(v) for v in finished["length"])
         if count:
@@ -556,6 +570,51 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
     finally:
         env.close()
     return runner
+
+
+class EpisodeTally:
+    """Sums of the statistics of whole episodes over an iteration, kept on the device from
+    masked steps' ``EpisodeBatch`` es: ``means()`` is what ``whole_episodes`` averaged over
+    the iteration gives, in one host read."""
+
+    def __init__(self, private: Collection[str] = ()):
+        self.private = set(private) | {"partial"}
+        self.sums: dict[str, torch.Tensor] = {}
+        self.elements: dict[str, torch.Tensor] = {}
+        self.count: torch.Tensor | None = None
+
+    def add(self, batch) -> None:
+        """Fold in the episodes that ended in one masked step (``batch.values`` [N, ...],
+        ``batch.mask`` [N])."""
+        values = batch.values
+        whole = batch.mask & (values["partial"] == 0)
+        n = whole.sum()
+        self.count = n if self.count is None else self.count + n
+        for k, v in values.items():
+            if k in self.private:
+                continue
+            keep = whole.view(-1, *[1] * (v.dim() - 1))
+            total = torch.where(keep, v, 0.0).sum(dtype=torch.float64)
+            per_env = v[0].numel()
+            if k in self.sums:
+                self.sums[k] += total
+                self.elements[k] += n * per_env
+            else:
+                self.sums[k], self.elements[k] = total, n * per_env
+
+    def means(self) -> dict[str, float]:
+        """Mean of every key over the whole episodes, and their ``count``; {} if none ended."""
+        if self.count is None:
+            return {}
+        keys = list(self.sums)
+        read = torch.stack([self.count.double(), *(self.sums[k] for k in keys),
+                            *(self.elements[k].double() for k in keys)]).tolist()
+        count, sums, elements = read[0], read[1:1 + len(keys)], read[1 + len(keys):]
+        if not count:
+            return {}
+        out = {k: s / e for k, s, e in zip(keys, sums, elements, strict=True)}
+        out["count"] = float(count)
+        return out
 
 
 def whole_episodes(episode: dict[str, torch.Tensor],

@@ -202,7 +202,7 @@ class TerrainGrid:
         its normalized coordinate); points outside the grid read the nearest edge (border).
         """
         h = self._heights_t
-        grid = (xy.to(h) / self._half_extent_t).reshape(1, -1, 1, 2)
+        grid = (xy.to(h.dtype) / self._half_extent_t).reshape(1, -1, 1, 2)
         out = F.grid_sample(h[None, None], grid, mode="bilinear", padding_mode="border",
                             align_corners=True)
         return out.reshape(xy.shape[:-1])
