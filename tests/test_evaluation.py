@@ -296,7 +296,7 @@ def test_robot_axis_evaluates_another_mjcf_of_the_robot(standing, tmp_path):
         "robot": [str(xml)], "command": [0.0, 0.5]}}, episodes_per_level=4,
         episode_length_s=1.0)
     batches = plan_batches(suite.conditions({}).values(), "fast")
-    assert [b.robot for b in batches] == [str(xml.resolve())]
+    assert [b.robot for b in batches] == [str(xml)]
     runner = BatchRunner(standing, batches[0], suite, 0, NATIVE, "cpu")
     try:
         dofs = runner.env.layout.joint_qvel

@@ -145,7 +145,7 @@ def _levels(axis: Axis, values, where: str) -> tuple:
             raise SuiteError(f"{where}: robot models {bad} do not exist (give MJCF paths)")
         if len(set(values)) != len(values):
             raise SuiteError(f"{where}: repeated robot models {list(values)}")
-        return tuple(str(Path(str(v)).resolve()) for v in values)
+        return tuple(str(v) for v in values)  # as given: reports hold no machine paths
     try:
         levels = tuple(float(v) for v in values)
     except (TypeError, ValueError):
