@@ -32,6 +32,7 @@ import mujoco
 import numpy as np
 import torch
 
+from locomotion.envs.generators import restore_generator
 from locomotion.sim.model_builder import ModelLayout
 from locomotion.sim.robot_spec import RobotSpec
 from locomotion.sim.rotations import quat_mul
@@ -600,6 +601,7 @@ class Randomizer:
         self._bias_cols = policy.get("joint_pos") if "encoder_bias" in self.events else None
         self._bias_scale = obs_scales["joint_pos"].to(dev) if self._bias_cols else None
         self.noise_gen = torch.Generator(device=dev).manual_seed(int(seed) + 7919)
+        self.noise_exact = True  # False after a load from another kind of device
 
     # ------------------------------------------------------------------ setup
     def _noise_amplitudes(self, noise, policy, scales) -> torch.Tensor | None:
@@ -802,6 +804,6 @@ class Randomizer:
         for k, v in state["timers"].items():
             self._timers[k].copy_(v)
             self.enabled[k].copy_(state["enabled"][k])
-        self.noise_gen.set_state(state["noise_gen"])
+        self.noise_exact = restore_generator(self.noise_gen, state["noise_gen"])
         if self._history is not None:
             self._history.copy_(state["history"])

@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig
 
 from locomotion.config_checks import ConfigError
+from locomotion.envs.generators import restore_generator
 from locomotion.envs.randomization import Randomizer
 from locomotion.envs.reset_schedule import PhaseHistogram, ResetSchedule
 from locomotion.envs.terrain_curriculum import TerrainCurriculum
@@ -426,7 +427,10 @@ class LocomotionEnv:
             "diverged_count": self.diverged_count,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> list[str]:
+        """Continue from ``state_dict()``'s state (of either backend, on any device).
+        Returns notes on what does not continue exactly: random streams saved on another
+        kind of device start afresh (seeded from the saved state)."""
         if state["num_envs"] != self.num_envs or state["robot"] != self.spec.name:
             raise ValueError(
                 f"env state is for {state['num_envs']} envs of robot {state['robot']!r}; this env "
@@ -455,8 +459,15 @@ class LocomotionEnv:
                 raise ValueError(f"the env state has no {name!r} state: it was saved by an env "
                                  "that ran without it")
             hook.load_state_dict(saved[name])
-        self.gen.set_state(state["generator"])
+        notes = []
+        if not restore_generator(self.gen, state["generator"]):
+            notes.append(f"the env's random draws were saved on another kind of device than "
+                         f"{self.device.type}: they continue from a new stream")
+        if not self.randomizer.noise_exact:
+            notes.append("the observation noise was saved on another kind of device than "
+                         f"{self.device.type}: it continues from a new stream")
         self.diverged_count = state["diverged_count"]
+        return notes
 
     # ------------------------------------------------------------------ internals
     def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:

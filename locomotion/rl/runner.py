@@ -33,6 +33,7 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.envs.generators import seed_from
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.rl.actor_critic import build_policy
 from locomotion.rl.checkpoint import (
@@ -190,6 +191,7 @@ class Runner:
                     if self.log_dir and self.is_main else None)
         self.hooks: dict[str, TrainingHook] = dict(hooks or {})
         self.divergence = DivergenceGuard.from_config(cfg.get("divergence"))
+        self.resume_notes: list[str] = []  # what a resume could not continue exactly
         self._started = False
         if self.log_dir and self.is_main:  # left by a process killed while saving
             remove_stale_temporary_files(self.checkpoint_path.parent)
@@ -221,7 +223,7 @@ class Runner:
     def _shard(self) -> dict:
         """What differs between ranks: the env (physics, counters, its RNG) and our RNGs."""
         return {"env": self.env.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "ppo": self.ppo.generator.get_state()}}
+                "rng": rng_states(self.env.device, self.ppo.generator)}
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint (atomically) to ``path`` or the run's ``latest.pt``.
@@ -326,13 +328,13 @@ class Runner:
                                       f"a run without one")
             hook.load_state_dict(saved[name])
         try:
-            self.env.load_state_dict(env_state)
-        except (KeyError, ValueError) as e:  # e.g. a terrain grid, saved on the plane
+            notes = self.env.load_state_dict(env_state) or []
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:  # e.g. a terrain grid,
+            # saved on the plane, or another robot's physics state
             raise CheckpointError(f"the checkpoint's env state does not fit this run's env "
                                   f"({type(e).__name__}: {e}); resume with the config it was "
                                   "trained with") from e
-        torch.set_rng_state(rng["torch"])
-        self.ppo.generator.set_state(rng["ppo"])
+        self.resume_notes = notes + restore_rng_states(rng, self.env.device, self.ppo.generator)
         self.iteration = data["iteration"]
         self.env_steps = data["env_steps"]
         self.train_wall_s = data["train_wall_s"]
@@ -566,6 +568,8 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
             runner.load(resume)
             if runner.is_main:
                 print(f"resumed from {resume} at iteration {runner.iteration}", flush=True)
+                for note in runner.resume_notes:
+                    print(f"note: {note} (not bit for bit)", flush=True)
         runner.learn(max(int(cfg.max_iterations) - runner.iteration, 0))
     finally:
         env.close()
@@ -615,6 +619,35 @@ class EpisodeTally:
         out = {k: s / e for k, s, e in zip(keys, sums, elements, strict=True)}
         out["count"] = float(count)
         return out
+
+
+def rng_states(device: torch.device, ppo_generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The random states a checkpoint holds besides the env's: torch's CPU generator, the
+    PPO mini-batch generator and, on a GPU, the device's generator, which the policy samples
+    its actions from."""
+    states = {"torch": torch.get_rng_state(), "ppo": ppo_generator.get_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def restore_rng_states(rng: dict[str, torch.Tensor], device: torch.device,
+                       ppo_generator: torch.Generator) -> list[str]:
+    """Restore ``rng_states``' states on this run's ``device``; returns notes on streams that
+    do not continue exactly. A checkpoint from a CPU run on a GPU has no device state: the
+    policy's sampling starts a stream seeded from the saved CPU state (the same on every
+    resume of that checkpoint); a GPU's device state on the CPU is not needed."""
+    torch.set_rng_state(rng["torch"])
+    ppo_generator.set_state(rng["ppo"])
+    if device.type != "cuda":
+        return []
+    if "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+        return []
+    with torch.cuda.device(device):
+        torch.cuda.manual_seed(seed_from(rng["torch"]))
+    return [f"the checkpoint comes from a CPU run: the policy's action noise on {device} "
+            "continues from a new stream"]
 
 
 def whole_episodes(episode: dict[str, torch.Tensor],

@@ -39,10 +39,11 @@ def warning_kind(message: str) -> str:
 
 
 def state_offsets(model: mujoco.MjModel) -> dict[str, int]:
-    """Offsets of time, qpos and qvel in a full-physics state vector."""
+    """Offsets of time, qpos, qvel and act in a full-physics state vector."""
     t = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_TIME)
     q = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_QPOS)
-    return {"time": 0, "qpos": t, "qvel": t + q}
+    v = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_QVEL)
+    return {"time": 0, "qpos": t, "qvel": t + q, "act": t + q + v}
 
 
 class NativeBackend:
@@ -242,7 +243,11 @@ class NativeBackend:
                 (("state", self._state), ("sensordata", self._sensor), ("xfrc", self._xfrc))}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict()``'s tensors (numpy arrays are accepted too)."""
+        """Restore ``state_dict()``'s tensors (numpy arrays are accepted too), or the Warp
+        backend's (a GPU run continued on the CPU): time, qpos, qvel, act, held wrenches
+        and sensors; the rest of the state (mocap, user data) keeps the model's."""
+        if isinstance(state.get("state"), dict):
+            state = self._from_warp(state)
         state = {k: np.asarray(v, dtype=np.float64) for k, v in state.items()}
         if state["state"].shape != self._state.shape:
             raise ValueError(f"physics state of shape {state['state'].shape} does not fit "
@@ -253,6 +258,21 @@ class NativeBackend:
         self._xfrc[:] = state["xfrc"]
         if self._xfrc.any():
             self._take_wrenches()
+
+    def _from_warp(self, state: dict) -> dict:
+        """A Warp backend's ``state_dict`` in this backend's layout."""
+        w = state["state"]
+        if tuple(w["qpos"].shape) != tuple(self._qpos.shape):
+            raise ValueError(f"physics state for qpos {tuple(w['qpos'].shape)} does not fit "
+                             f"this backend's {self._qpos.shape}")
+        full = torch.from_numpy(self._state.copy())
+        off, m = state_offsets(self.model), self.model
+        full[:, 0] = w["time"].double()
+        full[:, off["qpos"]:off["qpos"] + m.nq] = w["qpos"].double()
+        full[:, off["qvel"]:off["qvel"] + m.nv] = w["qvel"].double()
+        full[:, off["act"]:off["act"] + m.na] = w["act"].double()
+        return {"state": full, "sensordata": state["sensordata"].double(),
+                "xfrc": w["xfrc_applied"].double()}
 
     def close(self) -> None:
         self._pool.close()

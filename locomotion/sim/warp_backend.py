@@ -31,6 +31,7 @@ import torch
 import warp as wp
 
 from locomotion.sim.backend import resolve_device
+from locomotion.sim.native import state_offsets
 
 log = logging.getLogger(__name__)
 
@@ -403,6 +404,10 @@ class WarpBackend:
                 "sensordata": copy(self._sub_t)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``'s tensors, or the native backend's (a CPU run continued
+        on a GPU): time, qpos, qvel, act, held wrenches and sensors, no warm start."""
+        if not isinstance(state["state"], dict):
+            state = self._from_native(state)
         if state["state"]["qpos"].shape != self.qpos.shape:
             raise ValueError(f"physics state for qpos {tuple(state['state']['qpos'].shape)} does "
                              f"not fit this backend's {tuple(self.qpos.shape)}")
@@ -412,6 +417,22 @@ class WarpBackend:
         if sens.shape[1] != self._sub.shape[0]:
             self._set_substeps(sens.shape[1])
         self._sub_t.copy_(sens)
+
+    def _from_native(self, state: dict) -> dict:
+        """A native backend's ``state_dict`` (a full-physics state vector per world) in this
+        backend's layout."""
+        full = torch.as_tensor(state["state"])
+        m, off = self.model, state_offsets(self.model)
+        nstate = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        if full.dim() != 2 or full.shape[1] != nstate:
+            raise ValueError(f"physics state of shape {tuple(full.shape)} does not fit this "
+                             f"model's ({self.num_envs}, {nstate})")
+        own = {"time": full[:, 0], "qpos": full[:, off["qpos"]:off["qpos"] + m.nq],
+               "qvel": full[:, off["qvel"]:off["qvel"] + m.nv],
+               "act": full[:, off["act"]:off["act"] + m.na],
+               "ctrl": self._t["ctrl"].cpu(), "qacc_warmstart": torch.zeros(self.num_envs, m.nv),
+               "xfrc_applied": torch.as_tensor(state["xfrc"])}
+        return {"state": own, "sensordata": torch.as_tensor(state["sensordata"])}
 
     def close(self) -> None:
         self._graph = None
