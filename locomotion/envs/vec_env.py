@@ -163,7 +163,7 @@ class LocomotionEnv:
         self._all_ids = torch.arange(self.num_envs, device=device)
         self.task = task_factory(cfg.task, self.spec, self.layout, self.num_envs,
                                  self.control_dt, self.gen, device=device, terrain=self.terrain,
-                                 masked=self.masked)
+                                 **({"masked": True} if self.masked else {}))
         # Terrain: each env's tile (level, column), moved at its resets by the curriculum.
         self.curriculum = None if self.terrain is None else TerrainCurriculum(
             self.terrain, cfg.terrain.curriculum, self.num_envs, self.gen, device)
