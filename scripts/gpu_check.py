@@ -32,8 +32,10 @@ installed, since pyproject maps the checkout's robots/, tasks/ and configs/ into
 locomotion.robots, .tasks and .configs only at install time (``PYTHONPATH=$PWD`` finds a
 ``locomotion`` without them). When ``import locomotion.tasks`` fails, the check runs
 ``pip install --no-deps --no-build-isolation --target <out>/site .`` (setuptools must be
-importable) and puts that folder first on PYTHONPATH for every stage; ``--no-install``
-stops with the command to run instead.
+importable) and puts that folder first on PYTHONPATH for every stage; so it does when the
+importable ``locomotion`` is an installed copy rather than this checkout (an editable
+install), so that the code checked is the checkout's. ``--no-install`` stops with the
+command to run instead.
 """
 
 from __future__ import annotations
@@ -155,14 +157,16 @@ class Check:
         probe = self.python("-c", "import locomotion.tasks, locomotion.configs, "
                                   "locomotion.robots, locomotion; print(locomotion.__file__)")
         rc, output = self.run(probe, 60)
-        if rc == 0:
-            return {"status": "passed", "locomotion": output.strip().splitlines()[-1],
-                    "installed_now": False}
+        found = output.strip().splitlines()[-1] if rc == 0 else ""
+        if rc == 0 and Path(found).resolve().is_relative_to(ROOT):  # an editable install
+            return {"status": "passed", "locomotion": found, "installed_now": False}
         site = self.out / "site"
         install = self.python("-m", "pip", "install", "--no-deps", "--no-build-isolation",
                               "--no-index", "--target", str(site), str(ROOT))
         why = ("locomotion is not installed: PYTHONPATH=<checkout> alone does not work, "
-               "pyproject maps robots/, tasks/ and configs/ into locomotion.* at install time")
+               "pyproject maps robots/, tasks/ and configs/ into locomotion.* at install time"
+               ) if rc != 0 else (f"the locomotion installed at {found} is a copy, maybe of "
+                                  "older code: this checkout is installed to be checked")
         if not self.install:
             return {"status": "failed", "fatal": True,
                     "error": f"{why}; run: {shlex.join(install)} and put {site} on PYTHONPATH"}
