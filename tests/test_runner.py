@@ -190,3 +190,26 @@ def test_finetune_starts_a_new_run_from_another_runs_policy(tmp_path):
     delta = (data["ppo"]["policy"]["actor.0.weight"] - shipped["actor.0.weight"]).abs().max()
     assert 0 < delta < 0.05
     assert data["ppo"]["policy"]["obs_normalizer.count"] > shipped["obs_normalizer.count"]
+
+
+def test_init_policy_starts_a_new_run_from_another_runs_policy(tmp_path):
+    """A walking policy moves to a wider randomization preset: a new run (its own env,
+    optimizer and counters) whose policy starts as the other run's; resume would refuse."""
+    first = make_runner(tmp_path / "a")
+    first.learn(2)
+    source = first.save()
+    first.env.close()
+    widened = make_runner(tmp_path / "b", ["randomization=robust"])
+    with pytest.raises(CheckpointError, match="randomization=none"):
+        widened.load(source)
+    widened.init_policy(source)
+    assert torch.equal(params(widened), params(first)) and widened.iteration == 0
+    widened.learn(1)
+    assert widened.iteration == 1 and not torch.equal(params(widened), params(first))
+    widened.env.close()
+
+    other = make_runner(tmp_path / "c", ["algo.policy.actor_hidden_dims=[16,16]"])
+    with pytest.raises(CheckpointError, match=r"actor_hidden_dims \[32,32\] \(this run: "
+                                              r"\[16,16\]\): use algo.policy"):
+        other.init_policy(source)
+    other.env.close()

@@ -46,6 +46,7 @@ from locomotion.rl.distributed import Distributed, to_cpu
 from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
+from locomotion.robots import resolve_policy_path
 from locomotion.tasks import make_env
 
 SIGN_OF_LIFE_S = 10.0  # seconds without a line that a run never goes when not on a terminal
@@ -270,6 +271,24 @@ class Runner:
             raise CheckpointError(mine["error"])
         self._restore(mine, mine["env"], mine["rng"])
 
+    def init_policy(self, path: str | Path) -> None:
+        """Start this (new) run from the policy of another run's checkpoint or of a
+        policy-only export: actor, critic, action noise and normalizers; the optimizer, env,
+        randomization and counters stay this run's own (how a walking policy moves to a
+        wider randomization preset, which resuming refuses). Distributed: every rank starts
+        from rank 0's copy."""
+        if self.dist is None or self.dist.is_main:
+            data = load_checkpoint(resolve_policy_path(path))
+            mine = (self.env.spec.name, self.env.observation_sizes, self.env.num_actions)
+            theirs = (data["robot"], data["observation_sizes"], data["num_actions"])
+            if mine != theirs:
+                raise CheckpointError(f"init_policy {path} is for robot/observations/actions "
+                                      f"{theirs}; this run has {mine}")
+            self._check_network(data, path)
+            self.policy.load_state_dict(data["ppo"]["policy"])
+        if self.dist is not None:
+            self.dist.broadcast_module(self.policy)
+
     def _check_checkpoint(self, data: dict, path: str | Path) -> None:
         if data.get("inference_only"):
             raise CheckpointError(f"{path} holds only a policy (an export); training cannot "
@@ -288,21 +307,26 @@ class Runner:
                 f"checkpoint {path} was trained with randomization={preset}; this run has "
                 f"randomization={self.cfg.randomization.get('name')}: resume with "
                 f"randomization={preset}")
+        self._check_network(data, path)
+
+    def _check_network(self, data: dict, path: str | Path) -> None:
+        """The checkpoint's policy has this run's layer shapes; else name the settings."""
         shapes = {k: tuple(v.shape) for k, v in self.policy.state_dict().items()}
-        if {k: tuple(v.shape) for k, v in data["ppo"]["policy"].items()} != shapes:
-            keys = ("actor_hidden_dims", "critic_hidden_dims")
-            sizes = (trained.get("algo") or {}).get("policy") or {}
-            theirs, ours = ({k: "[" + ",".join(map(str, c[k])) + "]" for k in keys if k in c}
-                            for c in (sizes, self.cfg.algo.policy))
-            other = {k: v for k, v in theirs.items() if ours.get(k) != v}
-            if not other:
-                raise CheckpointError(f"checkpoint {path} has a network of another shape than "
-                                      "this run's: resume with the algo.policy settings it "
-                                      "was trained with")
-            raise CheckpointError(
-                f"checkpoint {path} has "
-                + ", ".join(f"{k} {v} (this run: {ours[k]})" for k, v in other.items())
-                + ": resume with " + " ".join(f"algo.policy.{k}={v}" for k, v in other.items()))
+        if {k: tuple(v.shape) for k, v in data["ppo"]["policy"].items()} == shapes:
+            return
+        keys = ("actor_hidden_dims", "critic_hidden_dims")
+        sizes = ((data.get("config") or {}).get("algo") or {}).get("policy") or {}
+        theirs, ours = ({k: "[" + ",".join(map(str, c[k])) + "]" for k in keys if k in c}
+                        for c in (sizes, self.cfg.algo.policy))
+        other = {k: v for k, v in theirs.items() if ours.get(k) != v}
+        if not other:
+            raise CheckpointError(f"checkpoint {path} has a network of another shape than "
+                                  "this run's: use the algo.policy settings it was trained "
+                                  "with")
+        raise CheckpointError(
+            f"checkpoint {path} has "
+            + ", ".join(f"{k} {v} (this run: {ours[k]})" for k, v in other.items())
+            + ": use " + " ".join(f"algo.policy.{k}={v}" for k, v in other.items()))
 
     def _rank_payloads(self, data: dict, path: str | Path) -> list[dict]:
         """Split a loaded checkpoint into what each rank of this group restores."""
@@ -570,6 +594,10 @@ def run_training(cfg: DictConfig, run_dir: str | Path, dist: Distributed | None 
                 print(f"resumed from {resume} at iteration {runner.iteration}", flush=True)
                 for note in runner.resume_notes:
                     print(f"note: {note} (not bit for bit)", flush=True)
+        elif cfg.get("init_policy"):
+            runner.init_policy(cfg.init_policy)
+            if runner.is_main:
+                print(f"policy from {cfg.init_policy}", flush=True)
         runner.learn(max(int(cfg.max_iterations) - runner.iteration, 0))
     finally:
         env.close()
