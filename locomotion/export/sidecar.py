@@ -70,13 +70,14 @@ def solver_profiles(trained: DictConfig) -> dict[str, dict[str, Any]]:
 DYNAMICS_EVENTS = ("joint_dynamics", "contact", "friction", "actuator")
 
 
-def joint_dynamics(env: LocomotionEnv, cfg: DictConfig) -> dict[str, Any]:
+def joint_dynamics(env: LocomotionEnv, trained: dict[str, Any]) -> dict[str, Any]:
     """The joint dynamics the policy was trained under: the model's damping (N m s/rad),
     dry friction (N m) and armature (kg m^2) per joint, and the randomization of them (the
-    preset's name and its events on joints and contacts; null: none)."""
+    preset's name and its events on joints and contacts; null: none). ``trained``: the
+    checkpoint's config (the export's own env replays it without randomization)."""
     dofs = env.layout.joint_qvel
     model = env.model
-    randomization = cfg.get("randomization") or {}
+    randomization = OmegaConf.create(trained.get("randomization") or {})
     events = randomization.get("events") or {}
     drawn = {name: OmegaConf.to_container(event, resolve=True)
              for name, event in events.items() if name in DYNAMICS_EVENTS}
@@ -135,7 +136,7 @@ def build_sidecar(env: LocomotionEnv, cfg: DictConfig, checkpoint: dict[str, Any
         "episode_length_steps": env.max_episode_length,
         "init_state": {"base_height": spec.init_height,
                        **OmegaConf.to_container(task.init_state, resolve=True)},
-        "joint_dynamics": joint_dynamics(env, cfg),
+        "joint_dynamics": joint_dynamics(env, checkpoint.get("config") or {}),
         "termination": {
             "max_tilt": float(task.terminations.max_tilt),
             "contact_bodies": (list(spec.terminate_contacts)
