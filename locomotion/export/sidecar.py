@@ -12,6 +12,7 @@ import importlib.metadata
 import platform
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import CONFIG_DIR
@@ -40,9 +41,15 @@ def observation_layout(env: LocomotionEnv) -> list[dict[str, Any]]:
     layout = []
     for name, cols in columns.items():
         scale = task.obs_scales["policy"][name]
+        values = [_short(v) for v in scale.reshape(-1).tolist()]
         layout.append({"name": name, "size": cols.stop - cols.start,
-                       "scale": float(scale) if scale.dim() == 0 else scale.tolist()})
+                       "scale": values[0] if scale.dim() == 0 else values})
     return layout
+
+
+def _short(value: float) -> float:
+    """A float32 scale as the number it was configured as (0.05, not 0.05000000074505806)."""
+    return float(str(np.float32(value)))
 
 
 def command_spec(commands: DictConfig) -> dict[str, Any]:
