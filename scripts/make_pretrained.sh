@@ -6,7 +6,7 @@
 #      (the pretrained policy before randomization=sim2real);
 #   3. 800 iterations from that policy under randomization=sim2real (joint damping 0-2.5,
 #      friction loss 0-0.3, armature 0.005-0.03 per joint, foot contact softness), a new run
-#      (scripts/finetune.py; resume keeps a run's preset). From scratch the preset had not
+#      (init_policy=; resume keeps a run's preset). From scratch the preset had not
 #      learned to walk after 550 iterations; 100 more fidelity iterations after this stage
 #      cost 1.0 m/s tracking on the fast profile (0.146 -> 0.176 m/s) and were left out;
 #   4. export (ONNX, TorchScript, sidecar, policy-only checkpoint) into robots/go1/pretrained.
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 python scripts/train.py randomization=robust export=false run_dir=runs/pretrained_robust
 python scripts/train.py randomization=robust solver=fidelity max_iterations=900 export=false \
     resume=runs/pretrained_robust/checkpoints/latest.pt run_dir=runs/pretrained_fidelity
-python scripts/finetune.py init=runs/pretrained_fidelity/checkpoints/latest.pt \
-    randomization=sim2real max_iterations=800 run_dir=runs/pretrained_sim2real
+python scripts/train.py init_policy=runs/pretrained_fidelity/checkpoints/latest.pt \
+    randomization=sim2real export=false run_dir=runs/pretrained_sim2real
 python scripts/export.py checkpoint=runs/pretrained_sim2real/checkpoints/latest.pt \
     out=robots/go1/pretrained
