@@ -103,6 +103,7 @@ def test_resume_refuses_code(crafted, tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_play_command_refuses_code(crafted, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "play.py"),
                            f"checkpoint={crafted}", "video=false", "num_envs=2",

@@ -122,6 +122,7 @@ def test_hold_last_carries_the_last_measured_rate_over_gaps():
     assert held[1:].tolist() == [0.2, 0.2, 0.2, 0.9, 0.9]
 
 
+@pytest.mark.slow
 def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     study = multitask_study
     cfg = load_config("multitask_study", SMALL)

@@ -82,6 +82,7 @@ def test_multitask_curves_give_the_kept_summary():
     assert "\n".join(tables) == (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_pages_overview_command_gives_the_pages_table(monkeypatch, capsys):
     argv = page_command(MULTITASK_PAGE, "multitask_overview")
     assert all(Path(ROOT / a).is_dir() for a in argv)

@@ -80,6 +80,7 @@ def test_runner_trains_and_resumes_on_the_toy(tmp_path):
     assert torch.equal(straight.env.episode_length, resumed.env.episode_length)
 
 
+@pytest.mark.slow
 def test_study_cell_runs_resumes_and_reports(tmp_path):
     study = stagger_study
     cfg = load_config("stagger_study", [
