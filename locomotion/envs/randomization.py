@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mujoco
@@ -649,15 +650,11 @@ class Randomizer:
         """Redraw reset events of ``env_ids`` and perturb their spawn state in place."""
         if not self.events:
             return
-        ids = env_ids
-        for name, e in self.events.items():
-            if e.mode == "reset":
-                if isinstance(e, InitialState):
-                    e.apply_state(ids, qpos, qvel)
-                else:
-                    e.apply(ids, e.sample(ids))
-            elif e.mode == "interval":
-                self._timers[name][env_ids] = self._interval(e, len(ids))
+
+        def restart_timer(name: str, e: Event) -> None:
+            self._timers[name][env_ids] = self._interval(e, len(env_ids))
+
+        self._redraw(env_ids, qpos, qvel, restart_timer)
         if self._history is not None:
             self._history[:, env_ids] = 0.0
         self.force_left[env_ids] = 0
@@ -670,21 +667,30 @@ class Randomizer:
             return
         ids, n = self._all_ids, self.num_envs
         bias, delay = self.joint_bias.clone(), self.delay.clone()
+        def restart_timer(name: str, e: Event) -> None:
+            timer = self._timers[name]
+            timer.copy_(torch.where(mask, self._interval(e, n), timer))
+
         with self.table.where(self.sim, mask):
-            for name, e in self.events.items():
-                if e.mode == "reset":
-                    if isinstance(e, InitialState):
-                        e.apply_state(ids, qpos, qvel)
-                    else:
-                        e.apply(ids, e.sample(ids))
-                elif e.mode == "interval":
-                    timer = self._timers[name]
-                    timer.copy_(torch.where(mask, self._interval(e, n), timer))
+            self._redraw(ids, qpos, qvel, restart_timer)
         self.joint_bias.copy_(torch.where(mask[:, None], self.joint_bias, bias))
         self.delay.copy_(torch.where(mask, self.delay, delay))
         if self._history is not None:
             self._history.masked_fill_(mask[None, :, None], 0.0)
         self.force_left.masked_fill_(mask, 0)
+
+    def _redraw(self, ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor,
+                restart_timer: Callable[[str, Event], None]) -> None:
+        """Draw the reset events of ``ids`` and restart interval timers, in event order (the
+        order of the random draws)."""
+        for name, e in self.events.items():
+            if e.mode == "reset":
+                if isinstance(e, InitialState):
+                    e.apply_state(ids, qpos, qvel)
+                else:
+                    e.apply(ids, e.sample(ids))
+            elif e.mode == "interval":
+                restart_timer(name, e)
 
     def _interval(self, e: Event, n: int) -> torch.Tensor:
         low, high = (float(x) for x in e.settings["interval_s"])

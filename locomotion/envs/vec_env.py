@@ -564,16 +564,17 @@ class LocomotionEnv:
         for k, v in terms.items():
             sums[k] += v
 
-    def _episode_values(self, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``_finish_episodes``' statistics for every env [N] (masked mode keeps the rows of
-        the envs that ended)."""
-        length = self.episode_length.float()
-        summed = self._summed_steps
-        travelled = self.sim.qpos[:, 0:2].float() - self._start_xy
-        out = {"length": length, "timeout": truncated.float(),
+    def _episode_values(self, truncated: torch.Tensor,
+                        rows: torch.Tensor | slice = slice(None)) -> dict[str, torch.Tensor]:
+        """The statistics of the episodes of ``rows`` as they stand (every env [N] by default:
+        masked mode keeps the rows of the envs that ended)."""
+        length = self.episode_length[rows].float()
+        summed = self._summed_steps[rows]
+        travelled = self.sim.qpos[rows, 0:2].float() - self._start_xy[rows]
+        out = {"length": length, "timeout": truncated[rows].float(),
                "distance": travelled.norm(dim=1), "partial": (summed < length).float()}
         for k, v in self._episode_sums.items():
-            out[k] = v / summed.clamp(min=1) if k.endswith("error") else v.clone()
+            out[k] = v[rows] / summed.clamp(min=1) if k.endswith("error") else v[rows].clone()
         return out
 
     def _clear_sums(self, mask: torch.Tensor) -> None:
@@ -583,14 +584,8 @@ class LocomotionEnv:
 
     def _finish_episodes(self, ids: torch.Tensor, truncated: torch.Tensor) -> dict:
         """Per-episode statistics of the envs ``ids`` that just ended ([len(ids)] each)."""
-        length = self.episode_length[ids].float()
-        summed = self._summed_steps[ids]
-        travelled = self.sim.qpos[ids, 0:2].float() - self._start_xy[ids]
-        out = {"length": length, "timeout": truncated[ids].float(),
-               "distance": travelled.norm(dim=1), "partial": (summed < length).float()}
-        for k, v in self._episode_sums.items():
-            vals = v[ids]
-            out[k] = vals / summed.clamp(min=1) if k.endswith("error") else vals
+        out = self._episode_values(truncated, ids)
+        for v in self._episode_sums.values():
             v[ids] = 0.0
         self._summed_steps[ids] = 0.0
         return out

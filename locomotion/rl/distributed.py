@@ -37,6 +37,7 @@ from omegaconf import DictConfig, open_dict
 from torch import Tensor, nn
 
 from locomotion.rl.normalizer import EmpiricalNormalizer, combine_stats
+from locomotion.sim.threads import usable_cores
 
 # Ranks seed their envs and sampling with seed + stride * rank: a large prime stride keeps
 # rank r of seed s from replaying rank 0 of seed s + r when small seeds are swept.
@@ -55,11 +56,7 @@ def launched_distributed(environ: Mapping[str, str] | None = None) -> bool:
 
 def cpu_share(local_world_size: int) -> int:
     """Cores for one of ``local_world_size`` processes on this machine (at least 1)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_world_size))
+    return max(1, usable_cores() // max(1, local_world_size))
 
 
 def run_dir_overrides(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
