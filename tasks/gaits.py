@@ -54,6 +54,12 @@ class GaitClock:
         """Give ``env_ids`` these gait indices (FREE, DRAW or a gait) from their next reset."""
         self.assigned[env_ids] = gaits.to(self.assigned.device)
 
+    def switch(self, env_ids: torch.Tensor, gait: int) -> None:
+        """Run gait index ``gait`` in ``env_ids`` now and after their resets (a viewer's
+        gait command); frequency and phase run on, so the feet change step smoothly."""
+        self.assigned[env_ids] = gait
+        self.gait[env_ids] = gait
+
     def reset(self, env_ids: torch.Tensor) -> None:
         """New gait (``assigned``, else drawn from ``sample``), frequency and phase."""
         n, dev = len(env_ids), self.gen.device

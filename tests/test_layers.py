@@ -1,7 +1,7 @@
 """The package reads top-down: no module imports from a layer above its own.
 
-sim -> envs -> tasks -> rl -> multitask, export -> evaluation -> commands; config, configs
-and robots sit under everything. A layer may import its own modules and any layer below.
+sim -> envs -> tasks -> rl -> multitask, export -> evaluation, viewer -> commands; config,
+configs and robots sit under everything. A layer may import its own modules and any layer below.
 Every import counts, also those inside functions and under TYPE_CHECKING.
 """
 
@@ -20,7 +20,7 @@ LAYERS = {
     "locomotion.tasks": 3,
     "locomotion.rl": 4,
     "locomotion.multitask": 5, "locomotion.export": 5,
-    "locomotion.evaluation": 6,
+    "locomotion.evaluation": 6, "locomotion.viewer": 6,
     "locomotion.commands": 7,
 }
 
