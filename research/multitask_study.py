@@ -7,16 +7,21 @@ Runs whose CSV exists are skipped, so an interrupted study resumes; the settings
 trained with are kept beside its CSV, and a study asked for other settings stops there. The
 scheduler's knobs do not enter a uniform run's settings, so the uniform curves (CSV and
 settings) can be copied into the out_dir of a study that changes only them. Then the
-summary (env steps until each subtask reaches its success threshold) and the figures are
-(re)drawn.
+summary (env steps until each subtask reaches its success threshold), the primary measure
+and the figures are (re)drawn.
 
     python -m research.multitask_study                      # 2 allocations x 7 seeds
     python -m research.multitask_study jobs=2 seeds=[0]     # one seed, both runs at once
+    python -m research.multitask_study seed_set=fresh       # the shipped one on seeds 10-14
     python -m research.multitask_study report_only=true     # summary of the finished runs
 
 A subtask counts as reached at the first iteration where its success rate over the last
 ``window`` iterations (episode-weighted, at least ``min_episodes`` episodes) is at least
-``success_threshold``; a subtask that never gets there counts as never reached.
+``success_threshold``; a subtask that never gets there counts as never reached. The
+primary measure (``primary.md``) is the env steps and wall-clock until every subtask is
+there at the same time, a run that never gets there censored at its budget; secondary are
+the subtasks there and the worst subtask's success at the budget. Both are paired per
+seed, the first allocation against the second, with a sign test and the mean ln ratio.
 """
 
 from __future__ import annotations
@@ -46,14 +51,18 @@ from research.study import (
     write_curve,
 )
 
-COLORS = {"learning_progress": "tab:blue", "fixed": "tab:green", "uniform": "tab:gray"}
+COLORS = {"learning_progress": "tab:blue", "progress_per_cost": "tab:orange",
+          "fixed": "tab:green", "uniform": "tab:gray"}
 # Scheduler knobs that leave uniform slots as they are: one uniform curve serves them all.
 UNIFORM_IGNORES = ("every", "keep", "stalled", "fast", "slow", "noise", "mastered", "hopeless",
                    "patience", "temperature")
+COST_KNOBS = ("cost_probe",)  # read by progress_per_cost only
 
 
-# Settings an allocation does not read, left out of its curve's settings.
-IGNORED_BY = {"uniform": (*UNIFORM_IGNORES, "weights")}
+# Settings an allocation does not read, left out of its curve's settings (and so curves
+# recorded before such a knob existed still match).
+IGNORED_BY = {"uniform": (*UNIFORM_IGNORES, "weights", *COST_KNOBS),
+              "learning_progress": COST_KNOBS, "fixed": COST_KNOBS}
 
 
 def run_name(allocation: str, seed: int) -> str:
@@ -128,7 +137,8 @@ def resumed_rows(runner: Runner, partial: Path, iterations: int) -> list[dict]:
               flush=True)
         return []
     saved = load_checkpoint(runner.checkpoint_path)["config"]
-    changed = changed_settings(run_settings(OmegaConf.create(saved)), run_settings(runner.cfg))
+    changed = changed_settings(curve_settings(OmegaConf.create(saved)),
+                               curve_settings(runner.cfg))
     if changed:
         raise ValueError(f"{runner.checkpoint_path} was trained with other {changed} than "
                          "this study asks: remove it or pick another runs_dir")
@@ -335,6 +345,109 @@ def experience_table(steps: dict[tuple[str, int], dict[str, float]],
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------- primary measure
+def held_success(curve: dict[str, np.ndarray], cfg: DictConfig) -> np.ndarray:
+    """[subtasks, iterations] windowed success rates; a window with too few episodes holds
+    the subtask's last measured rate (as the figures do), none measured yet is NaN."""
+    return np.stack([hold_last(windowed_success(curve, n, int(cfg.window),
+                                                float(cfg.min_episodes)))
+                     for n in subtask_names(curve)])
+
+
+def all_at_threshold(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict:
+    """The primary measure of one run: env steps and wall-clock seconds until every subtask
+    is at or above the threshold at the same time (not each at its own time: one that got
+    there and fell back does not count). A run that never gets there is censored at its
+    budget, its last row, and says so: it stays in every comparison as not there yet."""
+    together = (held_success(curve, cfg) >= float(cfg.success_threshold)).all(0)
+    hit = np.flatnonzero(together)
+    row = int(hit[0]) if len(hit) else -1
+    return {"env_steps": float(curve["env_steps"][row]), "wall_s": float(curve["wall_s"][row]),
+            "censored": not len(hit)}
+
+
+def at_budget(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict:
+    """The secondary measures, at the run's budget (its last row): how many subtasks are at
+    or above the threshold, and the worst subtask's success (one never measured: 0)."""
+    last = np.nan_to_num(held_success(curve, cfg)[:, -1], nan=0.0)
+    return {"mastered": int((last >= float(cfg.success_threshold)).sum()),
+            "worst": float(last.min())}
+
+
+def sooner(x: dict, y: dict, key: str) -> int:
+    """+1 where run ``x`` got every subtask there first by ``key`` (env steps or wall
+    seconds), -1 where ``y`` did, 0 where both got there at once or neither did."""
+    if x["censored"] or y["censored"]:
+        return int(y["censored"]) - int(x["censored"])
+    return int(np.sign(y[key] - x[key]))
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: the chance that fair coin flips split the untied pairs
+    at least this unevenly (1 without untied pairs)."""
+    n, k = wins + losses, min(wins, losses)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+
+
+def tally_line(what: str, signs: list[int], names: tuple[str, str], ties: str) -> str:
+    """``what``: first better in w seeds, second in l, ``ties`` in t; the sign test."""
+    wins, losses = signs.count(1), signs.count(-1)
+    return (f"{what}: {names[0]} in {wins} seeds, {names[1]} in {losses}, {ties} in "
+            f"{len(signs) - wins - losses}; sign test p = {sign_test(wins, losses):.3f}")
+
+
+def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig
+                  ) -> str:
+    """Markdown: the primary and secondary measures of the first two allocations, paired
+    per seed (the seeds with both runs), with sign tests and mean ln ratios."""
+    first, second = [str(a) for a in cfg.allocations[:2]]
+    seeds = sorted(s for a, s in curves if a == first and (second, s) in curves)
+    if not seeds:
+        return f"No seed has both a {first} and a {second} run yet.\n"
+    reach = {key: all_at_threshold(c, cfg) for key, c in curves.items()}
+    final = {key: at_budget(c, cfg) for key, c in curves.items()}
+
+    def cell(r: dict, key: str, scale: float, unit: str) -> str:
+        return ("> " if r["censored"] else "") + f"{r[key] / scale:.1f}{unit}"
+
+    thr = cfg.success_threshold
+    lines = [f"Primary: env steps and wall-clock until every subtask is at {thr} at once "
+             f"(\"> \": never, censored at the budget), {first} / {second}; ln ratio = "
+             f"ln({second} / {first}), positive where {first} is sooner. Secondary, at the "
+             f"budget: subtasks at {thr}, and the worst subtask's success.", "",
+             "| seed | env steps | ln ratio | wall-clock | ln ratio | subtasks at "
+             f"{thr} | worst success |", "|---|---|---|---|---|---|---|"]
+    ratio = {"env_steps": [], "wall_s": []}
+    for seed in seeds:
+        x, y = reach[(first, seed)], reach[(second, seed)]
+        for key in ratio:
+            ratio[key].append(math.log(y[key] / x[key]))
+        fx, fy = final[(first, seed)], final[(second, seed)]
+        lines.append(f"| {seed} | {cell(x, 'env_steps', 1e6, 'M')} / "
+                     f"{cell(y, 'env_steps', 1e6, 'M')} | {ratio['env_steps'][-1]:+.2f} | "
+                     f"{cell(x, 'wall_s', 3600, ' h')} / {cell(y, 'wall_s', 3600, ' h')} | "
+                     f"{ratio['wall_s'][-1]:+.2f} | {fx['mastered']} / {fy['mastered']} | "
+                     f"{fx['worst']:.2f} / {fy['worst']:.2f} |")
+    pairs = [(reach[(first, s)], reach[(second, s)]) for s in seeds]
+    censored = sum(x["censored"] or y["censored"] for x, y in pairs)
+    names = (first, second)
+    lines += [""]
+    for key, what in (("env_steps", "env steps"), ("wall_s", "wall-clock")):
+        signs = [sooner(x, y, key) for x, y in pairs]
+        lines.append("- " + tally_line(f"Sooner by {what}", signs, names,
+                                       "tied or neither got there")
+                     + f"; mean ln ratio {np.mean(ratio[key]):+.3f} over {len(seeds)} seeds.")
+    lines.append(f"- {censored} of {len(seeds)} pairs hold a censored run, counted at its "
+                 "budget: its ln ratio is a bound (the censored run would take longer).")
+    for key, what in (("mastered", f"More subtasks at {thr} at the budget"),
+                      ("worst", "Higher worst-subtask success at the budget")):
+        diff = [final[(first, s)][key] - final[(second, s)][key] for s in seeds]
+        lines.append("- " + tally_line(what, [int(np.sign(d)) for d in diff], names, "equal")
+                     + f"; mean difference {np.mean(diff):+.2f}.")
+    lines.append("- Wall-clock compares only runs trained side by side on one machine.")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- figures
 def plot_success(curves: dict[tuple[str, int], dict], cfg: DictConfig, path: Path) -> None:
     """Windowed success rate vs env steps: one panel per subtask, one band per allocation.
@@ -410,6 +523,8 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     if len(cfg.allocations) > 1:
         tables.append(experience_table(steps, curves, cfg))
     (out_dir / "summary.md").write_text("\n".join(tables))
+    if len(cfg.allocations) > 1:
+        (out_dir / "primary.md").write_text(primary_table(curves, cfg))
     plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")
     first = min(curves)
     plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")

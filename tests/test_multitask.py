@@ -102,6 +102,24 @@ def test_driver_reallocates_and_logs(env_with):
     assert int(target.sum()) == env.num_envs and (target >= 2).all()
 
 
+def test_cost_aware_driver_times_every_subtask_and_allocates_by_it(env_with, monkeypatch):
+    env = env_with("multitask.allocation=progress_per_cost", "multitask.every=1")
+    driver = SchedulerDriver(env, env.cfg.multitask)
+    priced = []
+    allocate = driver.scheduler.allocate
+    monkeypatch.setattr(driver.scheduler, "allocate", lambda cost: priced.append(cost)
+                        or allocate(cost))
+    env.step(torch.zeros(env.num_envs, env.num_actions))
+    log = driver.end_iteration(0, rollout_s=1.0)
+    names = subtasks_of(env).names
+    timed = torch.tensor([log[f"multitask/physics_us/{n}"] for n in names])
+    assert (timed > 0).all() and torch.allclose(1e6 * priced[0], timed.double())
+    assert int(subtasks_of(env).slots.counts("target", len(names)).sum()) == env.num_envs
+    plain = SchedulerDriver(env, load_config("env", list(SMALL)).multitask)
+    assert plain.physics is None and not any("physics_us" in k for k in
+                                             plain.end_iteration(9, rollout_s=1.0))
+
+
 def test_driver_leaves_partial_episodes_out(env_with):
     env = env_with()
     driver = SchedulerDriver(env, env.cfg.multitask)

@@ -183,3 +183,47 @@ def test_few_episodes_all_successful_count_as_mastered_only_beyond_noise():
     s = Scheduler(NAMES, 100, SchedulerConfig(mastered=0.8))
     s.update(torch.tensor([2.0, 5.0, 0.0, 0.0]), torch.tensor([2.0, 5.0, 0.0, 0.0]))
     assert s.classes()["mastered"].tolist() == [False, True, False, False]
+
+
+def learning_pair(allocation: str) -> Scheduler:
+    """flat mastered (its slots free), rough and stairs rising alike, push flat at 0.5."""
+    s = Scheduler(NAMES, 1000, SchedulerConfig(allocation=allocation, floor=0.05))
+    feed(s, [[0.99, 0.1 + 0.01 * t, 0.1 + 0.01 * t, 0.5] for t in range(60)])
+    assert s.progress[1] == s.progress[2] > 0 and s.progress[3] == 0
+    return s
+
+
+def test_progress_per_cost_gives_the_expensive_subtask_fewer_slots_for_equal_progress():
+    cost = torch.tensor([1.0, 1.5, 1.0, 1.0])  # a rough slot costs 1.5 flat ones
+    counts = learning_pair("progress_per_cost").allocate(cost)
+    assert learning_pair("learning_progress").allocate().tolist() == [50, 350, 350, 250]
+    # the 200 freed slots split 1/1.5 : 1, so both buy the same extra compute (80 x 1.5)
+    assert counts.tolist() == [50, 330, 370, 250]
+
+
+@pytest.mark.parametrize("cost", [1.0, 3.7, 2e-5])
+def test_progress_per_cost_with_equal_costs_allocates_as_learning_progress(cost):
+    gen = torch.Generator().manual_seed(2)
+    runs = {a: Scheduler(NAMES, 509, SchedulerConfig(allocation=a, patience=400))
+            for a in ("learning_progress", "progress_per_cost")}
+    rate = torch.tensor([0.3, 0.1, 0.2, 0.5], dtype=torch.float64)
+    priced = 0  # re-allocations where unequal costs would have moved slots
+    for _ in range(80):  # four subtasks rising at different speeds, binomial episodes
+        rate = (rate + torch.tensor([0.02, 0.01, 0.005, 0.0])).clamp(max=0.95)
+        episodes = torch.randint(10, 30, (4,), generator=gen).double()
+        successes = torch.binomial(episodes, rate, generator=gen)
+        for s in runs.values():
+            s.update(successes, episodes)
+        lp = runs["learning_progress"].allocate()
+        assert torch.equal(runs["progress_per_cost"].allocate(torch.full((4,), cost)), lp)
+        priced += not torch.equal(runs["progress_per_cost"].allocate(
+            torch.tensor([1.0, 1.3, 1.0, 1.0])), lp)
+    assert priced > 20
+
+
+def test_progress_per_cost_needs_a_positive_cost_per_subtask():
+    s = learning_pair("progress_per_cost")
+    for cost in (None, torch.ones(3), torch.tensor([1.0, 0.0, 1.0, 1.0]),
+                 torch.tensor([1.0, float("nan"), 1.0, 1.0])):
+        with pytest.raises(ValueError, match="needs a positive, finite cost per subtask"):
+            s.allocate(cost)

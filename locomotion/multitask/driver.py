@@ -6,7 +6,9 @@ slot counts for the whole job, splits them over the ranks so that every rank's r
 costs about the same, and retargets this rank's env slots (they switch at their next
 reset). Every rank computes the same decision from the same all-reduced numbers, which
 is what a decision on rank 0 followed by a broadcast would give, with one collective
-fewer. Per-subtask step cost is estimated from the ranks' measured rollout times.
+fewer. Per-subtask step cost is estimated from the ranks' measured rollout times for the
+balance across ranks; ``progress_per_cost`` times each subtask's physics (``cost.py``),
+every rank its own worlds, and allocates by the mean over ranks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import deque
 import torch
 
 from locomotion.config_checks import ConfigError
+from locomotion.multitask.cost import PhysicsCost
 from locomotion.multitask.scheduler import Scheduler, SchedulerConfig, split_across_ranks
 from locomotion.tasks import subtasks_of
 from locomotion.tasks.subtasks import CHECKS
@@ -59,6 +62,8 @@ class SchedulerDriver:
         self._on_device: torch.Tensor | None = None  # masked steps' counts, not yet read
         self._history: deque[torch.Tensor] = deque(maxlen=_COST_WINDOW)
         self.cost = torch.ones(s, dtype=torch.float64)
+        self.physics = PhysicsCost(env.sim, s, env.decimation, **cfg.cost_probe) \
+            if self.cfg.allocation == "progress_per_cost" else None
 
     def record(self, episode: dict) -> None:
         """Count one step's finished episodes (``info["episode"]``) per subtask: how many,
@@ -142,7 +147,8 @@ class SchedulerDriver:
         if (iteration + 1) % self.cfg.every == 0:
             if self.world > 1:  # one rank: nothing to balance
                 self.cost = self._estimate_cost()
-            total = self.scheduler.allocate()
+            physics = self._physics_cost()
+            total = self.scheduler.allocate(physics)
             per_rank = split_across_ranks(total, self.cost, self.world, self.env.num_envs)
             self.subtasks.slots.retarget(per_rank[self.rank])
             for n, c, p in zip(self.names, total, self.scheduler.progress, strict=True):
@@ -150,11 +156,24 @@ class SchedulerDriver:
                 out[f"multitask/progress/{n}"] = float(p)
                 if self.world > 1:
                     out[f"multitask/cost/{n}"] = float(self.cost[self.names.index(n)])
+            if physics is not None:
+                out.update({f"multitask/physics_us/{n}": 1e6 * float(c)
+                            for n, c in zip(self.names, physics, strict=True)})
             if self.rank == 0:
                 log.info("multitask slots at iteration %d: %s", iteration + 1, ", ".join(
                     f"{n} {int(c)} (success {float(r):.2f})"
                     for n, c, r in zip(self.names, total, self.scheduler.recent, strict=True)))
         return out
+
+    def _physics_cost(self) -> torch.Tensor | None:
+        """Seconds per env step of one world of each subtask, timed now on every rank and
+        averaged over them (None unless the allocation prices progress by it)."""
+        if self.physics is None:
+            return None
+        measured = self.physics.measure(self.subtasks.slots.current)
+        if self.dist:
+            measured = self.dist.all_gather(measured).nanmean(0)
+        return self.physics.update(measured)
 
     def _estimate_cost(self) -> torch.Tensor:
         """Rollout seconds per env slot of each subtask: ridge regression of the ranks'

@@ -24,6 +24,13 @@ A subtask's base share is the floor plus the slots the floors leave, in proporti
 terrain proportions are. ``uniform`` gives every subtask the same share, the baseline to
 compare against. ``fixed`` keeps shares in proportion to ``weights`` (no floor); it
 measures what a given split of the compute buys.
+
+``progress_per_cost`` is learning progress with the slots left over shared in proportion
+to progress per unit of step cost (``allocate``'s ``cost``, measured by ``cost.py``): it
+divides the compute those slots take by progress, not their count, so a subtask whose
+slots cost 1.5 times as much gets two thirds as many of them as one with the same
+progress. The minimums (floors, base shares) stay counted in slots, and with equal costs
+it allocates exactly as ``learning_progress``.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import torch
 
 from locomotion.config_checks import ConfigError
 
-ALLOCATIONS = ("learning_progress", "uniform", "fixed")
+ALLOCATIONS = ("learning_progress", "progress_per_cost", "uniform", "fixed")
 _STATE = ("recent_successes", "recent_episodes", "long_successes", "long_episodes",
           "episodes", "allocation")
 
@@ -196,8 +203,12 @@ class Scheduler:
         return {"mastered": mastered, "hopeless": hopeless, "exploring": exploring,
                 "learning": ~(mastered | failing)}
 
-    def allocate(self) -> torch.Tensor:
-        """New slot counts per subtask (sum = num_slots); also kept as ``allocation``."""
+    def allocate(self, cost: torch.Tensor | None = None) -> torch.Tensor:
+        """New slot counts per subtask (sum = num_slots); also kept as ``allocation``.
+
+        ``cost`` [S]: what a slot of each subtask costs (any unit), read by
+        ``progress_per_cost`` only.
+        """
         s = len(self.names)
         minimum = torch.full((s,), self.min_slots)
         if self.cfg.allocation == "uniform":
@@ -211,7 +222,10 @@ class Scheduler:
             for cls, part in ((c["exploring"], 1.0), (c["learning"], self.cfg.keep),
                               (c["learning"] & (progress <= 0), stalled)):
                 minimum[cls] = (part * self.base_share[cls]).long().clamp(min=self.min_slots)
-            weights = torch.where(c["learning"], progress ** (1.0 / self.cfg.temperature), 0.0)
+            gain = progress ** (1.0 / self.cfg.temperature)
+            if self.cfg.allocation == "progress_per_cost":
+                gain = gain / self._relative_cost(cost)
+            weights = torch.where(c["learning"], gain, 0.0)
             if weights.max() <= 0:  # no progress beyond noise: the floors, the rest by weight
                 floored = c["mastered"] | c["hopeless"]
                 if floored.all():
@@ -220,6 +234,16 @@ class Scheduler:
                 weights = (~floored) * self.weights
         self.allocation = split_slots(weights, self.num_slots, minimum)
         return self.allocation
+
+    def _relative_cost(self, cost: torch.Tensor | None) -> torch.Tensor:
+        """``cost`` over the cheapest subtask's: exactly 1 everywhere for equal costs, so
+        dividing by it leaves the learning-progress weights bit for bit."""
+        if cost is None or cost.shape != (len(self.names),) or not (
+                torch.isfinite(cost).all() and (cost > 0).all()):
+            raise ValueError(f"progress_per_cost needs a positive, finite cost per subtask "
+                             f"({len(self.names)}), got {cost}")
+        cost = cost.double()
+        return cost / cost.min()
 
     def state_dict(self) -> dict:
         return {k: getattr(self, k).clone() for k in _STATE}

@@ -15,8 +15,10 @@ terminal and appended to ``MUJOCO_LOG.TXT``: a diverging batch raises thousands 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
+import time
 from collections import Counter
 
 import mujoco
@@ -36,6 +38,17 @@ def warning_kind(message: str) -> str:
     "Nan, Inf or huge value in QACC at DOF 6. The simulation is unstable. Time = 0.0050." is
     "Nan, Inf or huge value in QACC"."""
     return re.split(r" at DOF | Time = |\. ", message.strip(), maxsplit=1)[0].rstrip(".")
+
+
+@contextlib.contextmanager
+def _warnings_to(handler):
+    """Route MuJoCo's warnings to ``handler`` (a callable of the message) for a while."""
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def state_offsets(model: mujoco.MjModel) -> dict[str, int]:
@@ -58,6 +71,7 @@ class NativeBackend:
         self.timestep = float(model.opt.timestep)
         self.nthread = nthread or usable_cores()
         self._pool = rollout.Rollout(nthread=self.nthread if self.nthread > 1 else 0)
+        self._probe = rollout.Rollout(nthread=0)  # time_step: in the calling thread
         self._datas = [mujoco.MjData(model) for _ in range(max(self.nthread, 1))]
         self.models: list[mujoco.MjModel] = [model] * num_envs
         # every world's value of each field set so far, and the model of each parameter set
@@ -77,7 +91,7 @@ class NativeBackend:
         self._sensor = np.tile(data.sensordata, (num_envs, 1, 1))
         self._out = np.empty((num_envs, 1, nstate))
         self._control_spec = _CTRL
-        self._ctrl = np.empty((num_envs, 1, model.nu))
+        self._ctrl = np.zeros((num_envs, 1, model.nu))
         self._xfrc = np.zeros((num_envs, model.nbody, 6))
         self._diverged = np.zeros(num_envs, dtype=bool)
         self._warmstart = np.zeros((num_envs, model.nv))
@@ -122,7 +136,7 @@ class NativeBackend:
         if self._out.shape[1] != nsubsteps:
             n, nstate = self._state.shape
             self._out = np.empty((n, nsubsteps, nstate))
-            self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model,
+            self._ctrl = np.zeros((n, nsubsteps, mujoco.mj_stateSize(self.model,
                                                                      self._control_spec)))
             # Worlds a partial step skips must keep valid sensors, never uninitialized memory.
             self._sensor = np.repeat(self._sensor[:, -1:], nsubsteps, axis=1)
@@ -145,20 +159,38 @@ class NativeBackend:
         expected = state[:, 0] + nsubsteps * self.timestep
         # An explicit (zero) warm start: otherwise each thread's MjData carries the solver
         # warm start of whichever world it stepped last, and results depend on scheduling.
-        previous = mujoco.get_mju_user_warning()
-        mujoco.set_mju_user_warning(self._count_warning)  # count, do not print
-        try:
+        with _warnings_to(self._count_warning):  # count, do not print
             self._pool.rollout(self.models[:n], self._datas, state, self._ctrl[:n],
                                control_spec=self._control_spec, skip_checks=True,
                                nstep=nsubsteps, initial_warmstart=self._warmstart[:n],
                                state=self._out[:n], sensordata=self._sensor[:n])
-        finally:
-            mujoco.set_mju_user_warning(previous)
         state[:] = self._out[:n, -1]
         # MuJoCo resets a world whose state goes bad (time restarts at 0); catch that and
         # any non-finite value the guard let through.
         self._diverged[:n] = (state[:, 0] < expected - 0.5 * self.timestep) | ~np.isfinite(
             state).all(axis=1)
+
+    def time_step(self, env_ids: torch.Tensor | np.ndarray, nsubsteps: int) -> float:
+        """Seconds one thread takes to step copies of worlds ``env_ids`` by ``nsubsteps``
+        physics steps, holding the controls of their last step (0 if never set); the
+        worlds themselves keep their state. The batched ``step`` times all worlds
+        together; this is what a few of them cost (``locomotion/multitask/cost.py``). One
+        thread, so the pool's scheduling does not enter the time; the probe's warnings
+        are dropped, not counted."""
+        ids = np.asarray(env_ids).reshape(-1)
+        k, nstate = len(ids), self._state.shape[1]
+        ctrl = np.repeat(self._ctrl[ids, :1], nsubsteps, axis=1)
+        state, warmstart = self._state[ids], np.zeros((k, self.model.nv))
+        out = np.empty((k, nsubsteps, nstate))
+        sensors = np.empty((k, nsubsteps, self._sensor.shape[2]))
+        models = [self.models[i] for i in ids.tolist()]
+        with _warnings_to(lambda _message: None):
+            start = time.perf_counter()
+            self._probe.rollout(models, self._datas[:1], state, ctrl,
+                                control_spec=self._control_spec, skip_checks=True,
+                                nstep=nsubsteps, initial_warmstart=warmstart, state=out,
+                                sensordata=sensors)
+            return time.perf_counter() - start
 
     def reset(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Put worlds ``env_ids`` in the given state at time 0."""
@@ -198,7 +230,7 @@ class NativeBackend:
         if self._control_spec != _CTRL_XFRC:
             self._control_spec = _CTRL_XFRC
             n, nsubsteps = self._out.shape[:2]
-            self._ctrl = np.empty((n, nsubsteps, mujoco.mj_stateSize(self.model, _CTRL_XFRC)))
+            self._ctrl = np.zeros((n, nsubsteps, mujoco.mj_stateSize(self.model, _CTRL_XFRC)))
 
     def set_params(self, env_ids: torch.Tensor, field: str, values: torch.Tensor) -> None:
         """Set model field ``field`` of worlds ``env_ids`` (values [len(ids), *field shape]).
@@ -276,3 +308,4 @@ class NativeBackend:
 
     def close(self) -> None:
         self._pool.close()
+        self._probe.close()

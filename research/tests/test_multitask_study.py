@@ -160,6 +160,7 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     assert (out / "curves" / "uniform_s0.csv").stat().st_mtime_ns == stamp
     study.report(cfg, out)
     assert "| flat |" in (out / "summary.md").read_text()
+    assert "| 0 |" in (out / "primary.md").read_text()  # seed 0, both allocations
     for name in ("success_vs_env_steps", "allocation"):
         assert (out / f"{name}.png").stat().st_size > 0
 
@@ -325,3 +326,90 @@ def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_p
     with pytest.raises(ValueError, match="compare studies of one subtask set"):
         overview.overview([first, second], ["success_threshold=0.5", "window=1",
                                             "min_episodes=1"])
+
+
+def run_curve(rates: dict[str, list[float]], hours: float = 1.0) -> dict[str, np.ndarray]:
+    """A curve of 1M env steps and ``hours`` an iteration, one episode per subtask and
+    iteration at the given success rates (NaN: no episode)."""
+    i = np.arange(1, len(next(iter(rates.values()))) + 1)
+    curve = {"env_steps": 1e6 * i, "wall_s": 3600.0 * hours * i}
+    for name, r in rates.items():
+        curve[f"success/{name}"] = np.array(r, dtype=float)
+        curve[f"episodes/{name}"] = np.where(np.isnan(curve[f"success/{name}"]), 0.0, 1.0)
+    return curve
+
+
+def test_primary_measure_needs_every_subtask_there_at_once_and_censors_the_rest():
+    study = multitask_study
+    cfg = load_config("multitask_study", ["success_threshold=0.8", "window=1",
+                                          "min_episodes=1"])
+    # a is there at iteration 1, falls back at 2; b gets there at 2; both at 4 (b held
+    # over its episode-less iteration 3 at its last rate)
+    curve = run_curve({"a": [1.0, 0.0, 0.0, 1.0, 1.0], "b": [0.0, 1.0, 1.0, np.nan, 0.5]})
+    assert study.all_at_threshold(curve, cfg) == {"env_steps": 4e6, "wall_s": 4 * 3600.0,
+                                                  "censored": False}
+    assert study.steps_to_threshold(curve, cfg)["all subtasks"] == 2e6  # each on its own
+    assert study.at_budget(curve, cfg) == {"mastered": 1, "worst": 0.5}
+    never = run_curve({"a": [1.0] * 5, "b": [np.nan, 0.5, 0.5, 0.5, 0.5]})
+    assert study.all_at_threshold(never, cfg) == {"env_steps": 5e6, "wall_s": 5 * 3600.0,
+                                                  "censored": True}  # the budget, flagged
+
+
+def test_sign_test_is_the_two_sided_binomial_tail_without_ties():
+    sign_test = multitask_study.sign_test
+    assert sign_test(5, 0) == pytest.approx(2 / 32) and sign_test(0, 5) == sign_test(5, 0)
+    assert sign_test(4, 1) == pytest.approx(2 * 6 / 32)
+    assert sign_test(3, 3) == 1.0 and sign_test(0, 0) == 1.0
+    assert sign_test(9, 1) == pytest.approx(2 * 11 / 1024)
+
+
+def test_primary_table_pairs_seeds_counts_censored_runs_and_tests_the_signs():
+    study = multitask_study
+    cfg = load_config("multitask_study", ["success_threshold=0.8", "window=1",
+                                          "min_episodes=1", "seeds=[0,1,2,3]"])
+    at = {None: [0.0] * 5, 2: [0, 1.0, 1, 1, 1], 3: [0, 0, 1.0, 1, 1], 4: [0, 0, 0, 1.0, 1]}
+    lp, uni = "learning_progress", "uniform"
+    curves = {(lp, 0): run_curve({"a": at[2]}, 0.5), (uni, 0): run_curve({"a": at[4]}),
+              (lp, 1): run_curve({"a": at[3]}, 0.5), (uni, 1): run_curve({"a": at[None]}),
+              (lp, 2): run_curve({"a": at[None]}, 0.5), (uni, 2): run_curve({"a": at[None]}),
+              (lp, 3): run_curve({"a": at[4]}, 0.5), (uni, 3): run_curve({"a": at[2]}),
+              (lp, 4): run_curve({"a": at[2]})}  # no uniform run of seed 4: not paired
+    table = study.primary_table(curves, cfg)
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert rows == [
+        "| 0 | 2.0M / 4.0M | +0.69 | 1.0 h / 4.0 h | +1.39 | 1 / 1 | 1.00 / 1.00 |",
+        "| 1 | 3.0M / > 5.0M | +0.51 | 1.5 h / > 5.0 h | +1.20 | 1 / 0 | 1.00 / 0.00 |",
+        "| 2 | > 5.0M / > 5.0M | +0.00 | > 2.5 h / > 5.0 h | +0.69 | 0 / 0 | 0.00 / 0.00 |",
+        "| 3 | 4.0M / 2.0M | -0.69 | 2.0 h / 2.0 h | +0.00 | 1 / 1 | 1.00 / 1.00 |"]
+    assert (f"- Sooner by env steps: {lp} in 2 seeds, {uni} in 1, tied or neither got there "
+            f"in 1; sign test p = 1.000; mean ln ratio {math.log(5 / 3) / 4:+.3f} over 4 "
+            "seeds.") in table
+    assert (f"- Sooner by wall-clock: {lp} in 2 seeds, {uni} in 0, tied or neither got there "
+            "in 2; sign test p = 0.500;") in table
+    assert "- 2 of 4 pairs hold a censored run" in table
+    assert (f"- More subtasks at 0.8 at the budget: {lp} in 1 seeds, {uni} in 0, equal in 3; "
+            "sign test p = 1.000; mean difference +0.25.") in table
+    assert study.primary_table({(uni, 0): curves[(uni, 0)]}, cfg).startswith(
+        "No seed has both")
+
+
+def test_fresh_seeds_run_the_shipped_allocation_against_uniform_at_the_same_budget():
+    from locomotion.config import load_config as package_config
+
+    default = load_config("multitask_study", [])
+    fresh = load_config("multitask_study", ["seed_set=fresh"])
+    shipped = package_config("train", ["task=multitask"]).multitask.allocation
+    assert list(fresh.allocations) == [shipped, "uniform"]
+    assert list(fresh.seeds) == [10, 11, 12, 13, 14]
+    assert not set(fresh.seeds) & set(default.seeds) and fresh.out_dir != default.out_dir
+    assert (fresh.iterations, fresh.num_envs, fresh.algo) == (default.iterations,
+                                                              default.num_envs, default.algo)
+
+
+def test_only_the_cost_aware_allocation_records_its_probe_settings():
+    study = multitask_study
+    cfg = load_config("multitask_study", [])
+    recorded = {a: "cost_probe" in study.curve_settings(study.run_config(cfg, a, 0))["multitask"]
+                for a in ("learning_progress", "progress_per_cost", "uniform", "fixed")}
+    assert recorded == {"learning_progress": False, "progress_per_cost": True,
+                        "uniform": False, "fixed": False}
