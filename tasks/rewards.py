@@ -102,6 +102,16 @@ def joint_limits(c: RewardContext) -> torch.Tensor:
     return ((low - q).clamp(min=0) + (q - high).clamp(min=0)).sum(1)
 
 
+@reward_term("base_height")
+def base_height(c: RewardContext) -> torch.Tensor:
+    """Squared shortfall of the base's height above the ground below
+    ``rewards.base_height_target``: a policy trained under heavy joint damping otherwise
+    learns to crouch and shuffle with its belly a few cm off the floor. One-sided, so
+    jumps and pronking are not penalized."""
+    target = float(c.task.cfg.rewards.base_height_target)
+    return (target - c.task.base_height(c.w)[:, 0]).clamp(min=0.0).square()
+
+
 @reward_term("gait_contact")
 def gait_contact(c: RewardContext) -> torch.Tensor:
     return c.task.gait.contact_match(c.w.foot_contact)

@@ -269,9 +269,9 @@ def test_episodes_begun_before_training_are_partial_and_averaged_over_their_step
     errors = []
     accumulate = env._accumulate
 
-    def recording(reward, terms, lin_err, yaw_err):
-        errors.append(lin_err.clone())
-        accumulate(reward, terms, lin_err, yaw_err)
+    def recording(reward, terms, metrics):
+        errors.append(metrics["lin_vel_error"].clone())
+        accumulate(reward, terms, metrics)
 
     env._accumulate = recording
     finished = {}
@@ -379,8 +379,9 @@ def test_diverged_env_reset_and_counted(make_env, tmp_path, monkeypatch):
 
 
 def test_reward_terms_present_and_finite(make_env):
-    """Every configured reward term is reported and finite."""
-    env = make_env("task.episode_length_s=0.2")
+    """Every configured reward term is reported and finite (base_height, off by default,
+    switched on)."""
+    env = make_env("task.episode_length_s=0.2", "task.rewards.weights.base_height=-20.0")
     weights = dict(env.cfg.task.rewards.weights)
     assert set(weights) == set(REWARD_TERMS) - {"gait_contact"}  # gaits: task=multitask
     for a in random_actions(env, 10, scale=1.0):

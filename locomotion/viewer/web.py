@@ -20,6 +20,7 @@ from locomotion.viewer.session import ViewerSession
 SPACING = 1.5  # m between robots shown side by side on flat ground
 WINDOW_MARGIN = 6.0  # m of terrain drawn around the shown robots
 FRAME_RATE = 30.0  # scene updates per second sent to the browser
+CAMERA_OFFSET = np.array([-0.8, -1.8, 0.7])  # m, where the camera starts, from env 0's base
 
 
 def env_offsets(count: int, flat: bool) -> np.ndarray:
@@ -60,12 +61,13 @@ class WebViewer:
     def _build_scene(self) -> None:
         scene, m = self.server.scene, self.model
         scene.set_up_direction("+z")
+        scene.configure_environment_map("warehouse", environment_intensity=0.4)
         xy = self.session.env.sim.qpos[:self.shown, :2].numpy() + self.offsets[:, :2]
         window = (*(xy.min(0) - WINDOW_MARGIN), *(xy.max(0) + WINDOW_MARGIN))
         meshes = geom_meshes(m, window)
         for g in (g for g in meshes if g.body == 0):  # the ground: drawn once, never moves
             scene.add_mesh_simple(f"/world/geom_{g.geom}", g.vertices, g.faces,
-                                  color=_rgb(g.rgba, (0.55, 0.6, 0.65)), wxyz=g.quat,
+                                  color=_rgb(g.rgba), wxyz=g.quat,
                                   position=m.geom_pos[g.geom], flat_shading=True)
         robot = [g for g in meshes if g.body != 0]
         for i in range(self.shown):
@@ -77,6 +79,9 @@ class WebViewer:
                                       g.vertices, g.faces, color=_rgb(g.rgba),
                                       position=g.pos, wxyz=g.quat)
         self._update_scene()
+        base = self.data[0].xpos[self.base] + self.offsets[0]
+        self.server.initial_camera.look_at = base
+        self.server.initial_camera.position = base + CAMERA_OFFSET
 
     def _update_scene(self) -> None:
         m = self.model
@@ -134,9 +139,6 @@ class WebViewer:
         self.server.stop()
 
 
-def _rgb(rgba, fallback=None) -> tuple[int, int, int]:
-    """An RGBA in [0, 1] as viser's 0-255 RGB; MuJoCo's default grey gets ``fallback``."""
-    rgb = rgba[:3]
-    if fallback is not None and np.allclose(rgb, 0.5):
-        rgb = fallback
-    return tuple(int(round(255 * c)) for c in rgb)
+def _rgb(rgba) -> tuple[int, int, int]:
+    """An RGBA in [0, 1] as viser's 0-255 RGB."""
+    return tuple(int(round(255 * c)) for c in rgba[:3])
