@@ -20,6 +20,7 @@ from locomotion.tasks.velocity import VelocityTask
 TASKS: dict[str, TaskFactory] = {
     "flat_velocity": VelocityTask,
     "rough": VelocityTask,  # on a terrain grid
+    "gaits": VelocityTask,  # flat + gait commands drawn per episode (configs/gait_commands)
     "multitask": VelocityTask,  # rough + gaits + subtask one-hot (configs/multitask)
 }
 

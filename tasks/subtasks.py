@@ -34,6 +34,16 @@ class Subtask:
     min_gait_match: float               # success: share of feet on schedule (gaits only)
 
 
+def episode_checks(episode: dict, max_lin_vel_error, min_gait_match) -> torch.Tensor:
+    """The ``CHECKS`` of finished episodes [n, 3] (1 passed, 0 failed): survived to the
+    time-out, mean planar tracking error at most ``max_lin_vel_error`` (m/s), share of foot
+    contacts on the gait schedule at least ``min_gait_match`` (thresholds: one per episode
+    [n], or one for all)."""
+    return torch.stack((episode["timeout"] > 0,
+                        episode["lin_vel_error"] <= max_lin_vel_error,
+                        episode["gait_match"] >= min_gait_match), dim=1).float()
+
+
 def parse_subtasks(cfg, default_commands, terrain, gaits) -> list[Subtask]:
     """Subtasks of ``cfg.subtasks``, checked against the terrain grid and the gait table."""
     if not cfg.get("subtasks"):
@@ -81,7 +91,6 @@ class SubtaskSet:
         counts = torch.full((s,), n // s) + (torch.arange(s) < n % s)
         self.slots = SubtaskSlots(n, counts, env.device)
         self.onehot = torch.zeros(n, s, device=env.device)
-        self.gait_match = torch.zeros(n, device=env.device)
         self._commands = torch.stack([t.commands for t in self.subtasks])
         self._gait = torch.tensor([FREE if t.gait == "free" else task.gait.index(t.gait)
                                    for t in self.subtasks])
@@ -117,7 +126,6 @@ class SubtaskSet:
             env.task.gait.assign(env_ids, self._gait[cpu])
         env.randomizer.enable("push", env_ids, self._push[sub])
         self.onehot[env_ids] = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
-        self.gait_match[env_ids] = 0.0
         if env.terrain is not None:
             self._place_on_terrain(env_ids, sub)
 
@@ -132,7 +140,6 @@ class SubtaskSet:
         env.randomizer.enable_where("push", mask, self._push[sub])
         onehot = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
         self.onehot.copy_(torch.where(mask[:, None], onehot, self.onehot))
-        self.gait_match.masked_fill_(mask, 0.0)
         if env.terrain is not None:
             cur, count = env.curriculum, self._column_count[sub]
             u = torch.rand(len(sub), generator=env.gen, device=env.gen.device)
@@ -152,34 +159,23 @@ class SubtaskSet:
             low, high = self._levels[k].tolist()
             cur.place(ids, cols[pick], cur.levels[ids].clamp(low, high))
 
-    def after_step(self, world) -> None:
-        """Accumulate how well each env keeps its gait schedule this step."""
-        gait = self.env.task.gait
-        if gait is not None:
-            self.gait_match += gait.contact_match(world.foot_contact)
-
     def on_episodes_end(self, env_ids: torch.Tensor | slice, episode: dict) -> None:
         """Judge the finished episodes of ``env_ids``: adds to ``episode`` their ``subtask``
-        id [n], the checks of ``CHECKS`` [n, 3] (1 passed, 0 failed), the share of foot
-        contacts on schedule ``gait_match`` [n] (0 without a gait) and ``success`` [n]
-        (all three checks passed)."""
+        id [n], the checks of ``CHECKS`` [n, 3] (``episode_checks``), ``gait_match`` [n]
+        (the env's share of foot contacts on schedule; 0 without gait commands) and
+        ``success`` [n] (all three checks passed)."""
         sub = self.slots.current[env_ids]
-        match = self.gait_match[env_ids] / episode["length"].clamp(min=1)
-        checks = torch.stack((episode["timeout"] > 0,
-                              episode["lin_vel_error"] <= self._max_err[sub],
-                              match >= self._min_match[sub]), dim=1).float()
-        episode.update(subtask=sub, checks=checks, gait_match=match,
-                       success=checks.min(dim=1).values)
+        episode.setdefault("gait_match", torch.zeros_like(episode["timeout"]))
+        checks = episode_checks(episode, self._max_err[sub], self._min_match[sub])
+        episode.update(subtask=sub, checks=checks, success=checks.min(dim=1).values)
 
     def on_episodes_end_where(self, mask: torch.Tensor, episode: dict) -> None:
         """``on_episodes_end`` with every env's rows [N] (the env's masked step mode)."""
         self.on_episodes_end(slice(None), episode)
 
     def state_dict(self) -> dict:
-        return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone(),
-                "gait_match": self.gait_match.clone()}
+        return {"slots": self.slots.state_dict(), "onehot": self.onehot.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         self.slots.load_state_dict(state["slots"])
         self.onehot.copy_(state["onehot"])
-        self.gait_match.copy_(state["gait_match"])

@@ -363,11 +363,15 @@ class VelocityTask:
             total = total.clamp(min=0.0)
         return total, terms
 
-    def tracking_errors(self, w: World) -> tuple[torch.Tensor, torch.Tensor]:
-        """Linear (m/s, planar norm) and yaw-rate (rad/s) command tracking errors [N]."""
-        lin = (self.commands[:, :2] - w.base_lin_vel[:, :2]).norm(dim=1)
-        yaw = (self.commands[:, 2] - w.base_ang_vel[:, 2]).abs()
-        return lin, yaw
+    def episode_metrics(self, w: World) -> dict[str, torch.Tensor]:
+        """What the env averages over each episode, per step [N]: the linear (m/s, planar
+        norm) and yaw-rate (rad/s) command tracking errors and, with gait commands, the
+        share of feet whose contact follows the gait schedule (0 for a free gait)."""
+        out = {"lin_vel_error": (self.commands[:, :2] - w.base_lin_vel[:, :2]).norm(dim=1),
+               "yaw_error": (self.commands[:, 2] - w.base_ang_vel[:, 2]).abs()}
+        if self.gait is not None:
+            out["gait_match"] = self.gait.contact_match(w.foot_contact)
+        return out
 
     # ----------------------------------------------------------------- terminations
     def terminations(self, w: World) -> torch.Tensor:

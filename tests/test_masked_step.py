@@ -90,8 +90,9 @@ def warp_runner(*overrides: str) -> Runner:
 @pytest.mark.warp
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", [[], ["task=rough", "randomization=robust", PUSH_OFTEN],
-                                       ["task=multitask", PUSH_OFTEN]],
-                         ids=["flat", "rough_robust", "multitask"])
+                                       ["task=multitask", PUSH_OFTEN],
+                                       ["task=gaits", "reset=phase_locked"]],
+                         ids=["flat", "rough_robust", "multitask", "gaits_phase_locked"])
 def test_no_host_reads_per_env_step(overrides):
     """sim=warp, masked steps (what device=cuda runs): the env's step, its resets and
     randomization read nothing back; a rollout of K steps reads once (its episode means)."""

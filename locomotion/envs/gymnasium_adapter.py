@@ -14,9 +14,12 @@ gymnasium's autoreset modes are offered:
   ``infos["_final_info"]`` (and a ``_<key>`` per statistic) as the masks of the sub-envs
   concerned.
 
-In both modes the statistics of an ended episode come with ``partial`` (1: it began before
-training, in the reset schedule's warm-up or with an advanced counter, so its return and
-length cover only part of it).
+In both modes the statistics of an ended episode come with ``partial`` (1: it began with an
+advanced time-out counter: before training, in the reset schedule's warm-up or with a
+randomized counter, so its return and length cover only part of it, or under
+``phase_locked`` after a fall, so it had less than the whole horizon). A next-step restart
+takes the counter its dropped one-step episode began with, so the episode after a time-out
+stays whole.
 """
 
 from __future__ import annotations

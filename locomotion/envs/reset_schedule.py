@@ -5,6 +5,15 @@ so the data cycles through the horizon (cyclical nonstationarity). ``random_coun
 randomizes only the first timeout counter (states still start at t = 0); ``staggered``
 spreads B groups evenly over [0, H) and pre-advances each group to its offset, so the
 batch holds states from the whole horizon from the first iteration on.
+
+Under ``staggered`` an episode that ends early (a fall) restarts its time-out counter at 0,
+so when most robots fall within a few steps of their spawn, as they do early in training,
+the counters of the whole batch soon sit near 0 together and the groups' time-outs come in
+waves again. ``phase_locked`` starts as ``staggered`` does and keeps each env locked to its
+group's phase: a fall respawns the robot but leaves its time-out counter running, so its
+next time-out falls where its group's does and only time-outs restart a counter at 0. The
+episode that follows a fall thus starts part-way into the horizon with a fresh robot, as
+``random_counter``'s first episodes do, and counts as partial.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ import torch
 
 from locomotion.config_checks import ConfigError
 
-SCHEDULES = ("sync", "random_counter", "staggered")
+SCHEDULES = ("sync", "random_counter", "staggered", "phase_locked")
+STAGGERED = ("staggered", "phase_locked")  # groups at offsets, pre-advanced by a warm-up
 WARMUPS = ("zero", "random", "policy")
 
 
@@ -44,12 +54,12 @@ class ResetSchedule:
 
     @property
     def prewarm(self) -> bool:
-        """Whether states must be advanced before training (only ``staggered``)."""
-        return self.schedule == "staggered" and self.num_groups > 1
+        """Whether states must be advanced before training (the staggered schedules)."""
+        return self.schedule in STAGGERED and self.num_groups > 1
 
     def offsets(self) -> torch.Tensor:
         """Target episode step of every env when training starts [N]."""
-        if self.schedule == "staggered":
+        if self.schedule in STAGGERED:
             return self.group_offsets[self.group]
         return torch.zeros(self.num_envs, dtype=torch.long)
 
@@ -59,6 +69,14 @@ class ResetSchedule:
             return torch.randint(0, self.horizon, (self.num_envs,), generator=generator,
                                  device=generator.device)
         return self.offsets()
+
+    def restart_counters(self, counters: torch.Tensor) -> torch.Tensor:
+        """Time-out counters for envs whose episodes just ended, from their counters now
+        (any shape, any device): 0, or under ``phase_locked`` the counter itself (wrapped at
+        H, so a time-out restarts at 0 and a fall keeps the env in its group's phase)."""
+        if self.schedule == "phase_locked":
+            return counters % self.horizon
+        return torch.zeros_like(counters)
 
     def warm_up(self, reset: Callable[[torch.Tensor], None], step: Callable[[int], None],
                 device: torch.device | str = "cpu",

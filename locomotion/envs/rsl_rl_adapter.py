@@ -31,9 +31,10 @@ class RslRlVecEnv:
     env's groups (``"policy"``, ``"critic"``), ``dones = terminated | truncated`` (bool) and
     ``extras["time_outs"] = truncated``. When episodes end, ``extras["episode"]`` holds the
     statistics of those begun in training (one value per episode, which rsl_rl's logger
-    averages and writes as ``Episode/<key>``; episodes begun in the reset schedule's warm-up
-    are left out) and ``extras["final_obs"]`` the pre-reset observations of all envs
-    (meaningful where ``dones``), which rsl_rl ignores.
+    averages and writes as ``Episode/<key>``; partial episodes, begun in the reset
+    schedule's warm-up or under ``phase_locked`` after a fall, are left out) and
+    ``extras["final_obs"]`` the pre-reset observations of all envs (meaningful where
+    ``dones``), which rsl_rl ignores.
 
     Time-out bootstrapping differs from ours. rsl_rl 5.5.1's ``PPO.process_env_step`` adds
     ``gamma * V(o_t)`` to the reward of a timed-out step, where ``o_t`` is the observation the
@@ -84,7 +85,7 @@ class RslRlVecEnv:
         extras: dict[str, Any] = {"time_outs": truncated}
         if "final_obs" in info:
             extras["final_obs"] = self._wrap(info["final_obs"])
-            # whole episodes only: one begun in the warm-up (partial) covers part of itself
+            # whole episodes only: a partial one covers part of itself or of the horizon
             whole = info["episode"]["partial"] == 0
             extras["episode"] = {k: v[whole] for k, v in info["episode"].items()
                                  if k != "partial"}

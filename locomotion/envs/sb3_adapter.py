@@ -5,9 +5,10 @@ the batched env's: finished sub-envs restart inside ``step_wait`` and the observ
 ended on is ``infos[i]["terminal_observation"]``; ``infos[i]["TimeLimit.truncated"]`` tells
 a time-out (SB3 bootstraps it) from a failure. Each ended episode that began in training
 carries ``infos[i]["episode"] = {"r": return, "l": length, "t": seconds}``, which SB3 logs as
-``ep_rew_mean`` / ``ep_len_mean``; episodes begun in the reset schedule's warm-up (``partial``)
-carry none, so those statistics cover whole episodes only. Do not add ``VecMonitor``: it
-would count the partial episodes too.
+``ep_rew_mean`` / ``ep_len_mean``; partial episodes (begun in the reset schedule's warm-up,
+or under ``phase_locked`` after a fall, part-way into the horizon) carry none, so those
+statistics cover whole episodes only. Do not add ``VecMonitor``: it would count the partial
+episodes too.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 ``step(actions) -> obs, reward, terminated, truncated, info`` on [N, ...] tensors.
 Failures (``terminated``) are kept apart from time-outs (``truncated``) so the learner can
 bootstrap the latter from ``info["final_obs"]``, the observation of the last state of
-every episode that ended this step, taken before the autoreset.
+every episode that ended this step, taken before the autoreset. An env that restarts gets
+the time-out counter its reset schedule gives (0, or its group's phase under
+``phase_locked``); an episode begun with an advanced counter is ``partial`` in its
+statistics (``info["episode"]``), which learners and adapters leave out of their means.
 
 Two step modes (``step_mode``), the same env otherwise:
 
@@ -103,7 +106,7 @@ class Task(Protocol):
     def observation_layout(self, world, actions: torch.Tensor) -> dict[str, dict[str, slice]]: ...
     def rewards(self, world, actions: torch.Tensor,
                 last_actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
-    def tracking_errors(self, world) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def episode_metrics(self, world) -> dict[str, torch.Tensor]: ...
     def terminations(self, world) -> torch.Tensor: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
@@ -116,7 +119,8 @@ terrain=, masked=)``; a masked task resamples commands by mask, without host rea
 
 class EpisodeHook(Protocol):
     """Code that rides along with the env's episodes (e.g. the subtasks of a multitask run):
-    set up envs before they respawn, watch every step, annotate finished episodes.
+    set up envs before they respawn and annotate finished episodes (whose statistics hold
+    the task's per-step ``episode_metrics`` averaged over the episode).
 
     In the masked step mode the env calls ``before_reset_where(mask)`` and
     ``on_episodes_end_where(mask, values)`` (every env's rows) where a hook has them, and
@@ -124,7 +128,6 @@ class EpisodeHook(Protocol):
     """
 
     def before_reset(self, env_ids: torch.Tensor) -> None: ...
-    def after_step(self, world) -> None: ...
     def on_episodes_end(self, env_ids: torch.Tensor, episode: dict) -> None: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
@@ -194,19 +197,22 @@ class LocomotionEnv:
         self._warmed_up = False
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=device)
         self.actions = torch.zeros(self.num_envs, self.num_actions, device=device)
+        world = self.task.world(self.sim)
+        # the task's per-step values that episode statistics average (tracking errors, ...)
+        self._metrics = tuple(self.task.episode_metrics(world))
         # Buffers live as long as the env and are updated in place, so stepping under
         # torch.inference_mode and resetting outside it both work.
         self._episode_sums = {k: torch.zeros(self.num_envs, device=device) for k in (
-            "return", "lin_vel_error", "yaw_error", *self.task.reward_weights)}
-        # steps summed into _episode_sums: fewer than the episode's length when the episode
-        # began before the statistics did (a staggered or random start), i.e. it is partial
+            "return", *self._metrics, *self.task.reward_weights)}
+        # steps summed into _episode_sums: fewer than the episode's counter when the episode
+        # began with an advanced counter (a staggered or random start, or a phase-locked
+        # restart after a fall), i.e. it is partial
         self._summed_steps = torch.zeros(self.num_envs, device=device)
         self.diverged_count = 0  # env steps that diverged since the last reset()
         self._nonfinite_actions = torch.zeros((), dtype=torch.long, device=device)
         self._sim_count: int | None = None  # physics steps only this prefix (warm-up)
         self._start_xy = torch.zeros(self.num_envs, 2, device=device)
         self.obs: Obs = {}
-        world = self.task.world(self.sim)
         self.randomizer = Randomizer(
             cfg.get("randomization"), self.sim, self.model, self.spec, self.layout,
             self.control_dt, self.gen, self.task.observation_layout(world, self.actions),
@@ -278,7 +284,7 @@ class LocomotionEnv:
         all_ids = torch.arange(self.num_envs, device=self.device)
         self._reset_envs(all_ids)
         if self.schedule.prewarm and (not self._warmed_up if warm_up is None else warm_up):
-            # counters advance with the states (and restart on falls)
+            # counters advance with the states (and restart on falls as the schedule says)
             self._prewarm(warmup_policy, progress)
             self._warmed_up = True
         else:
@@ -312,10 +318,7 @@ class LocomotionEnv:
             truncated |= self.terrain.out_of_bounds(world.base_pos[:, :2]) & ~terminated
         reward, terms = self.task.rewards(world, actions, self.actions)
         reward = torch.where(diverged, 0.0, reward)
-        lin_err, yaw_err = self.task.tracking_errors(world)
-        self._accumulate(reward, terms, lin_err, yaw_err)
-        for hook in self.hooks.values():
-            hook.after_step(world)
+        self._accumulate(reward, terms, self.task.episode_metrics(world))
         self.actions.copy_(actions)
         obs = self.randomizer.observe(self.task.observations(world, actions))
         if self.masked:
@@ -348,7 +351,8 @@ class LocomotionEnv:
             n_div = int(diverged.sum())
             self._diverged_count += n_div
             info["diverged"] = n_div
-            self._reset_envs(done_ids, obs)
+            self._reset_envs(done_ids, obs,
+                             self.schedule.restart_counters(self.episode_length[done_ids]))
         return info
 
     def _end_episodes_masked(self, obs: Obs, terminated: torch.Tensor, truncated: torch.Tensor,
@@ -384,8 +388,13 @@ class LocomotionEnv:
 
     def restart(self, env_ids: torch.Tensor) -> Obs:
         """Respawn ``env_ids`` now, dropping their running episodes unreported (what a
-        next-step autoreset does); returns (a copy of) every env's observation."""
-        self._reset_envs(env_ids)
+        next-step autoreset does); returns (a copy of) every env's observation.
+
+        The respawn takes over the counter its dropped episode began with, one step ago (so
+        under ``phase_locked`` an episode begun at a time-out stays whole); the step that
+        episode took is not counted."""
+        begun = (self.episode_length[env_ids] - 1).clamp(min=0)
+        self._reset_envs(env_ids, counters=self.schedule.restart_counters(begun))
         for v in self._episode_sums.values():
             v[env_ids] = 0.0
         self._summed_steps[env_ids] = 0.0
@@ -492,8 +501,10 @@ class LocomotionEnv:
         unlimited = torch.tensor([-clip, clip]).expand_as(bounds)
         return torch.where(limited[:, None], bounds, unlimited).to(self.device)
 
-    def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None) -> None:
-        """Respawn ``env_ids`` and write their first observation into ``obs`` (or self.obs)."""
+    def _reset_envs(self, env_ids: torch.Tensor, obs: Obs | None = None,
+                    counters: torch.Tensor | int = 0) -> None:
+        """Respawn ``env_ids`` with these time-out ``counters`` and write their first
+        observation into ``obs`` (or self.obs)."""
         for hook in self.hooks.values():  # e.g. switch subtask (terrain tile, commands, gait)
             hook.before_reset(env_ids)
         qpos, qvel = self.task.initial_state(env_ids, self.model.nq, self.model.nv)
@@ -502,7 +513,7 @@ class LocomotionEnv:
         self.randomizer.reset(env_ids, qpos, qvel)
         self.sim.reset(env_ids, qpos, qvel)
         self.task.reset(env_ids)
-        self.episode_length[env_ids] = 0
+        self.episode_length[env_ids] = counters
         self.actions[env_ids] = 0.0
         self._start_xy[env_ids] = qpos[:, 0:2]
         fresh = self.randomizer.observe(
@@ -517,8 +528,9 @@ class LocomotionEnv:
             obs[k][env_ids] = v
 
     def _reset_where(self, mask: torch.Tensor, obs: Obs) -> None:
-        """``_reset_envs`` of the envs where ``mask`` is set, without host reads: spawn
-        states, draws and first observations are made for every env and kept by mask."""
+        """``_reset_envs`` of the envs where ``mask`` is set, whose episodes ended (counters
+        as the schedule restarts them), without host reads: spawn states, draws and first
+        observations are made for every env and kept by mask."""
         ids = self._all_ids
         for hook in self.hooks.values():
             if hasattr(hook, "before_reset_where"):
@@ -531,7 +543,8 @@ class LocomotionEnv:
         self.randomizer.reset_where(mask, qpos, qvel)
         self.sim.reset_where(mask, qpos, qvel)
         self.task.reset_where(mask)
-        self.episode_length.masked_fill_(mask, 0)
+        self.episode_length.copy_(torch.where(
+            mask, self.schedule.restart_counters(self.episode_length), self.episode_length))
         rows = mask[:, None]
         self.actions.masked_fill_(rows, 0.0)
         self._start_xy.copy_(torch.where(rows, qpos[:, 0:2], self._start_xy))
@@ -555,13 +568,11 @@ class LocomotionEnv:
 
         self.schedule.warm_up(self._reset_envs, step, self.device, progress)
 
-    def _accumulate(self, reward, terms, lin_err, yaw_err) -> None:
+    def _accumulate(self, reward, terms, metrics) -> None:
         sums = self._episode_sums
         sums["return"] += reward
-        sums["lin_vel_error"] += lin_err
-        sums["yaw_error"] += yaw_err
         self._summed_steps += 1
-        for k, v in terms.items():
+        for k, v in (*metrics.items(), *terms.items()):
             sums[k] += v
 
     def _episode_values(self, truncated: torch.Tensor,
@@ -574,7 +585,7 @@ class LocomotionEnv:
         out = {"length": length, "timeout": truncated[rows].float(),
                "distance": travelled.norm(dim=1), "partial": (summed < length).float()}
         for k, v in self._episode_sums.items():
-            out[k] = v[rows] / summed.clamp(min=1) if k.endswith("error") else v[rows].clone()
+            out[k] = v[rows] / summed.clamp(min=1) if k in self._metrics else v[rows].clone()
         return out
 
     def _clear_sums(self, mask: torch.Tensor) -> None:

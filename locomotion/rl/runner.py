@@ -683,8 +683,10 @@ def whole_episodes(episode: dict[str, torch.Tensor],
     """The statistics worth averaging of finished episodes: those begun in training.
 
     An episode that a staggered or random start entered part-way (``partial``) says little
-    of the policy (its return covers a few steps); ``private`` keys are what a hook counts
-    on its own (e.g. the scheduler per subtask), not statistics of the whole batch.
+    of the policy (its return covers a few steps), nor does one that ``phase_locked``
+    restarted part-way into the horizon after a fall (it had less than the whole horizon);
+    ``private`` keys are what a hook counts on its own (e.g. the scheduler per subtask),
+    not statistics of the whole batch.
     """
     keep = episode["partial"] == 0 if "partial" in episode else slice(None)
     return {k: v[keep] for k, v in episode.items() if k != "partial" and k not in private}
