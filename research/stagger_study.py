@@ -1,4 +1,5 @@
-"""Reset-schedule study: sync vs random_counter vs staggered over K, N and seeds.
+"""Reset-schedule study: sync vs random_counter vs staggered vs phase_locked over K, N and
+seeds.
 
 Every run (a cell of the grid) trains with ``Runner`` for the same number of env steps and
 writes its curve to ``<out_dir>/curves/<cell>.csv``; cells whose CSV exists are skipped, so
@@ -7,14 +8,24 @@ an interrupted grid resumes where it stopped. Then the figures and the summary t
 
     python -m research.stagger_study                       # the toy grid (task=toy)
     python -m research.stagger_study task=flat_velocity jobs=2   # the quadruped grid (~2 h)
+    python -m research.stagger_study task=gaits jobs=2      # gait-conditioned walking
     python -m research.stagger_study grid.rollout_lengths=[8] study.toy.seeds=[0,1,2]
+
+The settings of a study (budget, N values, seeds, schedules, what counts as learned) are
+the entry ``study.<entry>`` of its config, by default the task's; an entry may run its task
+with other settings (``entry=flat_no_termination``: flat walking without early
+terminations). What counts as learned is the windowed mean episode ``return``, or for
+gait tasks the ``success`` rate: the share of episodes that survive, track the command and
+keep the gait schedule, as the multitask subtasks judge them.
 
 ``jobs=J`` trains J cells at once, each process pinned to its own core (Linux), so runs
 do not share a core and their wall-clock curves stay comparable.
 
-The return of a point is the mean over the episodes that ended in the last ceil(H / K)
-iterations: under sync every episode ends in the same iteration, and this window gives each
-schedule about one episode per env per point.
+The return (and success rate) of a point is the mean over the whole episodes that ended in
+the last ceil(H / K) iterations: under sync every episode ends in the same iteration, and
+this window gives each schedule about one episode per env per point. The summary also gives
+the phase uniformity of the batches (logged every iteration) over training: its mean and
+its lowest value, which shows where falls re-synchronized a schedule's episodes.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from locomotion import tasks
 from locomotion.rl.runner import Runner
+from locomotion.tasks.subtasks import episode_checks
 from research.study import (
     curve_path,
     finished,
@@ -49,7 +61,8 @@ from research.toy_horizon import PhaseTargetEnv
 if TYPE_CHECKING:
     from locomotion.envs import LocomotionEnv
 
-COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue"}
+COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue",
+          "phase_locked": "tab:green"}
 LINESTYLES = ("-", "--", ":", "-.")
 
 
@@ -73,11 +86,24 @@ class Cell:
 
 
 def study_settings(cfg: DictConfig) -> DictConfig:
-    """The per-task part of the study (N values, budget, threshold, config overrides)."""
-    if cfg.task.name not in cfg.study:
-        raise ValueError(f"no study settings for task {cfg.task.name!r}; "
-                         f"valid: {sorted(cfg.study)}")
-    return cfg.study[cfg.task.name]
+    """The study's entry ``cfg.entry`` (N values, budget, schedules, metric and threshold,
+    config overrides), checked to be one for the configured task."""
+    if cfg.entry not in cfg.study:
+        raise ValueError(f"no study settings {cfg.entry!r}; valid: {sorted(cfg.study)}")
+    study = cfg.study[cfg.entry]
+    task = study.get("task", cfg.entry)
+    if task != cfg.task.name:
+        raise ValueError(f"study entry {cfg.entry!r} runs task={task}, not "
+                         f"task={cfg.task.name}")
+    return study
+
+
+def metric_of(study: DictConfig) -> str:
+    """What the entry counts as learned: ``return`` or ``success`` (``SuccessRate``)."""
+    metric = study.get("metric", "return")
+    if metric not in ("return", "success"):
+        raise ValueError(f"unknown study metric {metric!r}; valid: ['return', 'success']")
+    return metric
 
 
 def grid_cells(cfg: DictConfig) -> list[Cell]:
@@ -111,28 +137,71 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float(1.0 - (returns - values).var() / var) if var > 0 else math.nan
 
 
-class ReturnWindow:
-    """Mean return of the episodes that ended within the last ``iterations`` iterations."""
+class SuccessRate:
+    """A training hook that judges every whole episode as the multitask subtasks do
+    (``episode_checks``: survived to the time-out, mean planar tracking error at most
+    ``max_lin_vel_error``, share of foot contacts on the gait schedule at least
+    ``min_gait_match``) and gives each iteration's share of successes."""
+
+    episode_keys = ()  # it only reads the episodes: no statistic is its alone
+
+    def __init__(self, cfg: DictConfig):
+        self.max_lin_vel_error = float(cfg.max_lin_vel_error)
+        self.min_gait_match = float(cfg.min_gait_match)
+        self.successes = self.episodes = 0
+
+    def record(self, episode) -> None:
+        if "gait_match" not in episode:
+            raise ValueError("the success metric needs gait commands (a task with task.gaits, "
+                             "e.g. task=gaits)")
+        whole = episode["partial"] == 0
+        checks = episode_checks({k: episode[k][whole] for k in
+                                 ("timeout", "lin_vel_error", "gait_match")},
+                                self.max_lin_vel_error, self.min_gait_match)
+        self.successes += int(checks.min(dim=1).values.sum())
+        self.episodes += int(whole.sum())
+
+    def end_iteration(self, iteration: int, rollout_s: float) -> dict[str, float]:
+        rate = self.successes / self.episodes if self.episodes else math.nan
+        self.successes = self.episodes = 0
+        return {"success": rate}
+
+    def state_dict(self) -> dict:
+        return {"successes": self.successes, "episodes": self.episodes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.successes, self.episodes = state["successes"], state["episodes"]
+
+
+class EpisodeWindow:
+    """Mean of a per-episode value over the episodes that ended within the last
+    ``iterations`` iterations, from each iteration's mean and episode count."""
 
     def __init__(self, iterations: int):
         self.entries: deque[tuple[float, float]] = deque(maxlen=iterations)
 
-    def add(self, episodes: dict[str, float]) -> tuple[float, float]:
-        """Add one iteration's episode statistics; return (windowed mean return, episodes)."""
-        count = episodes.get("count", 0.0)
-        self.entries.append((episodes.get("return", 0.0) * count, count))
+    def add(self, mean: float, count: float) -> tuple[float, float]:
+        """Add one iteration's mean over ``count`` episodes (NaN or anything when none
+        ended); return (the windowed mean, its episodes)."""
+        self.entries.append((mean * count if count else 0.0, count))
         total = sum(c for _, c in self.entries)
         return (sum(s for s, _ in self.entries) / total if total else math.nan), total
 
 
-def curve_row(runner: Runner, stats: dict, window: ReturnWindow, wall_s: float) -> dict:
-    """One CSV row of a run's curve."""
-    ret, episodes = window.add(stats["episodes"])
+def curve_row(runner: Runner, stats: dict, windows: dict[str, EpisodeWindow],
+              wall_s: float) -> dict:
+    """One CSV row of a run's curve; ``windows`` has a ``return`` window, and a
+    ``success`` one where a ``SuccessRate`` hook judges the episodes."""
+    episodes = stats["episodes"]
+    count = episodes.get("count", 0.0)
+    ret, count_in_window = windows["return"].add(episodes.get("return", 0.0), count)
+    judged = {k: windows[k].add(stats["hooks"][k], count)[0] for k in windows if k != "return"}
     losses = stats["losses"]
     storage = runner.storage  # clear() only rewinds: the last batch's targets are still there
     return {
         "iteration": stats["iteration"], "env_steps": stats["env_steps"], "wall_s": wall_s,
-        "return": ret, "episodes": episodes, "value_loss": losses["value_loss"],
+        "return": ret, **judged, "episodes": count_in_window,
+        "value_loss": losses["value_loss"],
         "explained_variance": explained_variance(storage.values, storage.returns),
         "phase_uniformity": stats["phase_uniformity"], "learning_rate": losses["learning_rate"],
         "action_std": losses["action_std"], "kl": losses["kl"],
@@ -143,24 +212,27 @@ def curve_row(runner: Runner, stats: dict, window: ReturnWindow, wall_s: float) 
 def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:
     """Train one cell for the study's env-step budget, write its curve to ``path`` and
     return its final return."""
-    run_cfg = cell_config(cfg, cell)
+    run_cfg, study = cell_config(cfg, cell), study_settings(cfg)
+    metric = metric_of(study)
     env = make_env(run_cfg)
-    runner = Runner(env, run_cfg)
-    window = ReturnWindow(math.ceil(env.max_episode_length / cell.rollout_length))
+    runner = Runner(env, run_cfg,
+                    hooks={"success": SuccessRate(study.success)} if metric == "success" else None)
+    iterations = math.ceil(env.max_episode_length / cell.rollout_length)
+    windows = {k: EpisodeWindow(iterations) for k in dict.fromkeys(("return", metric))}
     rows: list[dict] = []
     start = time.perf_counter()
 
     def record(r: Runner, stats: dict) -> bool:
-        rows.append(curve_row(r, stats, window, time.perf_counter() - start))
+        rows.append(curve_row(r, stats, windows, time.perf_counter() - start))
         return False
 
     try:
-        runner.learn(int(study_settings(cfg).env_steps) // (cell.num_envs * cell.rollout_length),
+        runner.learn(int(study.env_steps) // (cell.num_envs * cell.rollout_length),
                      should_stop=record)
     finally:
         env.close()
     write_curve(path, rows, run_settings(run_cfg))
-    return float(rows[-1]["return"])
+    return float(rows[-1][metric])
 
 
 def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
@@ -172,12 +244,13 @@ def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
         run_settings(cell_config(cfg, cell)))]
 
 
-def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, float, float]:
-    """Run one cell (config, cell, out_dir); return it, its final return and wall seconds."""
+def timed_cell(job: tuple[DictConfig, Cell, Path]) -> tuple[Cell, str, float, float]:
+    """Run one cell (config, cell, out_dir); return it, its metric's name and final value,
+    and its wall seconds."""
     cfg, cell, out_dir = job
     start = time.perf_counter()
-    final_return = run_cell(cfg, cell, curve_path(out_dir, cell.name))
-    return cell, final_return, time.perf_counter() - start
+    final = run_cell(cfg, cell, curve_path(out_dir, cell.name))
+    return cell, metric_of(study_settings(cfg)), final, time.perf_counter() - start
 
 
 def run_grid(cfg: DictConfig, out_dir: Path, jobs: int = 1) -> list[Cell]:
@@ -186,29 +259,33 @@ def run_grid(cfg: DictConfig, out_dir: Path, jobs: int = 1) -> list[Cell]:
     return [report_cell(*result) for result in run_jobs(timed_cell, work, jobs)]
 
 
-def report_cell(cell: Cell, final_return: float, wall_s: float) -> Cell:
+def report_cell(cell: Cell, metric: str, final: float, wall_s: float) -> Cell:
     """Print one finished cell's line of the study's log."""
-    print(f"{cell.name}: final return {final_return:.3f}, {wall_s:.0f} s", flush=True)
+    print(f"{cell.name}: final {metric} {final:.3f}, {wall_s:.0f} s", flush=True)
     return cell
 
 
 # ---------------------------------------------------------------------- summary
-def first_crossing(curve: dict[str, np.ndarray], threshold: float,
-                   num_envs: int) -> tuple[float, float]:
-    """(env steps, wall s) of the first point whose return reaches ``threshold``, else NaN.
+def first_crossing(curve: dict[str, np.ndarray], threshold: float, num_envs: int,
+                   metric: str = "return") -> tuple[float, float]:
+    """(env steps, wall s) of the first point whose ``metric`` reaches ``threshold``, else
+    NaN.
 
     Only points whose window holds at least ``num_envs / 2`` episodes count: early on a
     window can hold a handful of episodes that ended by falling, whose mean says nothing
     about the policy.
     """
-    hit = np.flatnonzero((curve["return"] >= threshold) & (curve["episodes"] >= num_envs / 2))
+    hit = np.flatnonzero((curve[metric] >= threshold) & (curve["episodes"] >= num_envs / 2))
     if not len(hit):
         return math.nan, math.nan
     return float(curve["env_steps"][hit[0]]), float(curve["wall_s"][hit[0]])
 
 
-def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> list[dict]:
-    """Per (schedule, K, N): steps/wall to threshold and final return over seeds."""
+def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float,
+              metric: str = "return") -> list[dict]:
+    """Per (schedule, K, N): steps/wall to threshold and the final ``metric`` over seeds,
+    and the phase uniformity over training (mean over seeds of each run's mean; the lowest
+    of any iteration of any seed)."""
     groups: dict[tuple[str, int, int], list[Cell]] = {}
     for cell in curves:
         groups.setdefault(cell.group, []).append(cell)
@@ -216,28 +293,32 @@ def summarize(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> li
     order = list(COLORS)
     for (schedule, k, n), cells in sorted(groups.items(),
                                           key=lambda g: (g[0][1], g[0][2], order.index(g[0][0]))):
-        steps, wall = zip(*(first_crossing(curves[c], threshold, c.num_envs) for c in cells),
-                          strict=True)
+        steps, wall = zip(*(first_crossing(curves[c], threshold, c.num_envs, metric)
+                            for c in cells), strict=True)
         reached = [s for s in steps if not math.isnan(s)]
-        final = [float(curves[c]["return"][-1]) for c in cells]
+        final = [float(curves[c][metric][-1]) for c in cells]
+        uniformity = [curves[c]["phase_uniformity"] for c in cells]
         rows.append({
             "schedule": schedule, "K": k, "N": n, "seeds": len(cells), "reached": len(reached),
             "steps_to_threshold_mean": np.mean(reached) if reached else math.nan,
             "steps_to_threshold_std": np.std(reached) if reached else math.nan,
             "wall_s_to_threshold_mean": np.nanmean(wall) if reached else math.nan,
-            "final_return_mean": np.mean(final), "final_return_std": np.std(final),
+            f"final_{metric}_mean": np.mean(final), f"final_{metric}_std": np.std(final),
             "steps_to_threshold_per_seed": " ".join(
                 f"s{c.seed}:{'-' if math.isnan(s) else int(s)}"
                 for c, s in zip(cells, steps, strict=True)),
+            "phase_uniformity_mean": np.mean([u.mean() for u in uniformity]),
+            "phase_uniformity_min": min(u.min() for u in uniformity) + 0.0,  # -0 reads 0
         })
     return rows
 
 
-def markdown_table(rows: list[dict], threshold: float, budget: int) -> str:
+def markdown_table(rows: list[dict], threshold: float, budget: int,
+                   metric: str = "return") -> str:
     """The summary as a markdown table; '-' marks seeds that never reached the threshold."""
-    lines = [f"Threshold: return >= {threshold}; budget {budget:,} env steps per run; "
+    lines = [f"Threshold: {metric} >= {threshold}; budget {budget:,} env steps per run; "
              "mean ± std over the seeds that reached it (reached / seeds).", "",
-             "| K | N | schedule | env steps to threshold | reached | final return |",
+             f"| K | N | schedule | env steps to threshold | reached | final {metric} |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         steps = ("never" if not r["reached"] else
@@ -245,16 +326,28 @@ def markdown_table(rows: list[dict], threshold: float, budget: int) -> str:
                  f"{r['steps_to_threshold_std'] / 1e3:.0f}k")
         lines.append(f"| {r['K']} | {r['N']} | {r['schedule']} | {steps} | "
                      f"{r['reached']}/{r['seeds']} | "
-                     f"{r['final_return_mean']:.3f} ± {r['final_return_std']:.3f} |")
+                     f"{r[f'final_{metric}_mean']:.3f} ± {r[f'final_{metric}_std']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
-def paired_wins(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> str:
+def uniformity_table(rows: list[dict]) -> str:
+    """Phase uniformity of the batches over training, per K, N and schedule."""
+    lines = ["Phase uniformity of every iteration's batch (1: the batch covers the horizon "
+             "evenly): mean over training (mean over seeds) and the lowest of any iteration "
+             "and seed.", "",
+             "| K | N | schedule | phase uniformity, mean | lowest |", "|---|---|---|---|---|"]
+    lines += [f"| {r['K']} | {r['N']} | {r['schedule']} | {r['phase_uniformity_mean']:.3f} | "
+              f"{r['phase_uniformity_min']:.3f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def paired_wins(curves: dict[Cell, dict[str, np.ndarray]], threshold: float,
+                metric: str = "return") -> str:
     """Per (K, N), in how many seeds each schedule reached the threshold in fewer env steps
     than sync with the same seed (a run that never reaches it counts as infinitely slow)."""
     def steps(cell: Cell) -> float:
-        s = first_crossing(curves[cell], threshold, cell.num_envs)[0] if cell in curves \
-            else math.nan
+        s = first_crossing(curves[cell], threshold, cell.num_envs, metric)[0] \
+            if cell in curves else math.nan
         return math.inf if math.isnan(s) else s
 
     lines = ["| K | N | schedule | seeds faster than sync (same seed) |", "|---|---|---|---|"]
@@ -270,14 +363,15 @@ def paired_wins(curves: dict[Cell, dict[str, np.ndarray]], threshold: float) -> 
 
 
 def write_summary(curves: dict[Cell, dict[str, np.ndarray]], rows: list[dict], out_dir: Path,
-                  threshold: float, budget: int) -> None:
+                  threshold: float, budget: int, metric: str = "return") -> None:
     """summary.csv (one row per schedule, K, N) and summary.md (the tables)."""
     with (out_dir / "summary.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out_dir / "summary.md").write_text(markdown_table(rows, threshold, budget) + "\n"
-                                        + paired_wins(curves, threshold))
+    (out_dir / "summary.md").write_text(
+        markdown_table(rows, threshold, budget, metric) + "\n"
+        + paired_wins(curves, threshold, metric) + "\n" + uniformity_table(rows))
 
 
 # ---------------------------------------------------------------------- figures
@@ -288,8 +382,10 @@ def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]
     return groups
 
 
-def plot_returns(curves: dict[Cell, dict], x: str, threshold: float, path: Path) -> None:
-    """Return vs ``x`` (env_steps or wall_s): one panel per (K, N), one band per schedule."""
+def plot_metric(curves: dict[Cell, dict], x: str, threshold: float, path: Path,
+                 metric: str = "return") -> None:
+    """``metric`` (the return, or the success rate) vs ``x`` (env_steps or wall_s): one
+    panel per (K, N), one band per schedule."""
     import matplotlib.pyplot as plt
 
     groups = by_group(curves)
@@ -299,7 +395,7 @@ def plot_returns(curves: dict[Cell, dict], x: str, threshold: float, path: Path)
                              squeeze=False, sharey=True)
     for (schedule, k, n), runs in groups.items():
         ax = axes[ks.index(k)][ns.index(n)]
-        grid, mean, low, high = mean_band(runs, x, "return")
+        grid, mean, low, high = mean_band(runs, x, metric)
         ax.plot(grid, mean, color=COLORS[schedule], label=schedule)
         ax.fill_between(grid, low, high, color=COLORS[schedule], alpha=0.2, linewidth=0)
         ax.axhline(threshold, color="k", linestyle=":", linewidth=0.8)
@@ -307,10 +403,10 @@ def plot_returns(curves: dict[Cell, dict], x: str, threshold: float, path: Path)
     for ax in axes[-1]:
         ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)")
     for row in axes:
-        row[0].set_ylabel("episode return")
+        row[0].set_ylabel(f"episode {metric}")
     axes[0][0].legend(loc="lower right", fontsize="small")
-    fig.suptitle(f"Return vs {'env steps' if x == 'env_steps' else 'wall-clock'}: "
-                 "mean over seeds, band = min..max")
+    fig.suptitle(f"{metric.capitalize()} vs {'env steps' if x == 'env_steps' else 'wall-clock'}"
+                 ": mean over seeds, band = min..max")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -373,8 +469,8 @@ def plot_critic(curves: dict[Cell, dict], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_scaling(rows: list[dict], path: Path) -> None:
-    """Final return and env steps to threshold against N, one line per (schedule, K)."""
+def plot_scaling(rows: list[dict], path: Path, metric: str = "return") -> None:
+    """Final ``metric`` and env steps to threshold against N, one line per (schedule, K)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -388,11 +484,11 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
             style = {"color": COLORS[schedule], "linestyle": LINESTYLES[ks.index(k) % 4],
                      "marker": "o", "capsize": 3, "label": f"{schedule} K={k}"}
             ns = [r["N"] for r in sel]
-            axes[0].errorbar(ns, [r["final_return_mean"] for r in sel],
-                             [r["final_return_std"] for r in sel], **style)
+            axes[0].errorbar(ns, [r[f"final_{metric}_mean"] for r in sel],
+                             [r[f"final_{metric}_std"] for r in sel], **style)
             axes[1].errorbar(ns, [r["steps_to_threshold_mean"] for r in sel],
                              [r["steps_to_threshold_std"] for r in sel], **style)
-    axes[0].set_ylabel("final return")
+    axes[0].set_ylabel(f"final {metric}")
     axes[1].set_ylabel("env steps to threshold (seeds that reached it)")
     all_ns = sorted({r["N"] for r in rows})
     for ax in axes:
@@ -414,15 +510,15 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
 
     matplotlib.use("Agg")
     study = study_settings(cfg)
-    threshold = float(study.threshold)
+    threshold, metric = float(study.threshold), metric_of(study)
     curves = {c: read_csv(curve_path(out_dir, c.name)) for c in grid_cells(cfg)}
-    rows = summarize(curves, threshold)
-    write_summary(curves, rows, out_dir, threshold, int(study.env_steps))
-    plot_returns(curves, "env_steps", threshold, out_dir / "return_vs_env_steps.png")
-    plot_returns(curves, "wall_s", threshold, out_dir / "return_vs_wall_clock.png")
+    rows = summarize(curves, threshold, metric)
+    write_summary(curves, rows, out_dir, threshold, int(study.env_steps), metric)
+    for x, name in (("env_steps", "env_steps"), ("wall_s", "wall_clock")):
+        plot_metric(curves, x, threshold, out_dir / f"{metric}_vs_{name}.png", metric)
     plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")
     plot_critic(curves, out_dir / "critic.png")
-    plot_scaling(rows, out_dir / "scaling_with_n.png")
+    plot_scaling(rows, out_dir / "scaling_with_n.png", metric)
 
 
 @hydra.main(config_path="configs", config_name="stagger_study", version_base="1.3")

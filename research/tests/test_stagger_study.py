@@ -1,0 +1,97 @@
+"""The stagger study's entries, its success metric for gait tasks, the phase uniformity it
+reports, and a tiny run of the phase_locked schedule on the gait task."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from research import stagger_study as study
+from research.study import load_config, read_csv
+
+TINY_POLICY = ["algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]"]
+
+
+def test_entries_pick_schedules_settings_and_folders():
+    """The task picks its entry; an entry for another task's settings runs only on that
+    task, with its config merged in, and writes to its own folder."""
+    toy = load_config("stagger_study", [])
+    assert list(toy.grid.schedules) == ["sync", "random_counter", "staggered"]
+    gaits = load_config("stagger_study", ["task=gaits"])
+    assert "phase_locked" in gaits.grid.schedules and study.metric_of(study.study_settings(
+        gaits)) == "success"
+    assert gaits.out_dir.endswith("staggered_resets/gaits")
+    plain = load_config("stagger_study", ["task=flat_velocity", "entry=flat_no_termination"])
+    cell = study.grid_cells(plain)[0]
+    terminations = study.cell_config(plain, cell).task.terminations
+    assert not terminations.base_contact and terminations.max_tilt > math.pi
+    assert plain.out_dir.endswith("staggered_resets/flat_no_termination")
+    with pytest.raises(ValueError, match="runs task=flat_velocity, not task=toy"):
+        study.study_settings(load_config("stagger_study", ["entry=flat_no_termination"]))
+
+
+def test_success_rate_judges_whole_episodes_by_the_subtask_checks():
+    hook = study.SuccessRate(load_config("stagger_study", ["task=gaits"]).study.gaits.success)
+    # survived+tracked+on gait, off gait, fell, tracked badly, and a partial success
+    hook.record({"timeout": torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0]),
+                 "lin_vel_error": torch.tensor([0.1, 0.1, 0.1, 0.4, 0.1]),
+                 "gait_match": torch.tensor([0.9, 0.5, 0.9, 0.9, 0.9]),
+                 "partial": torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0])})
+    assert hook.end_iteration(0, 1.0) == {"success": 0.25}
+    assert math.isnan(hook.end_iteration(1, 1.0)["success"])  # no episode ended
+    with pytest.raises(ValueError, match="needs gait commands"):
+        hook.record({"timeout": torch.ones(1), "lin_vel_error": torch.zeros(1),
+                     "partial": torch.zeros(1)})
+
+
+def test_windows_weigh_each_iteration_by_its_episodes():
+    window = study.EpisodeWindow(2)
+    assert window.add(math.nan, 0) == (pytest.approx(math.nan, nan_ok=True), 0)
+    assert window.add(1.0, 1) == (1.0, 1)
+    assert window.add(0.0, 3) == (0.25, 4)
+    assert window.add(1.0, 4) == (4 / 7, 7)  # the first iteration left the window
+
+
+def test_summary_gives_the_mean_and_lowest_phase_uniformity():
+    curves = {}
+    for seed, uniformity in enumerate(([1.0, 0.5, 0.9], [0.8, 0.8, 0.8])):
+        curves[study.Cell("staggered", 8, 16, seed)] = {
+            "env_steps": np.array([128.0, 256.0, 384.0]), "wall_s": np.ones(3),
+            "return": np.array([0.1, 0.5, 0.9]), "episodes": np.full(3, 16.0),
+            "phase_uniformity": np.array(uniformity)}
+    [row] = study.summarize(curves, threshold=0.5)
+    assert row["phase_uniformity_mean"] == pytest.approx(0.8)
+    assert row["phase_uniformity_min"] == 0.5
+    assert "| 8 | 16 | staggered | 0.800 | 0.500 |" in study.uniformity_table([row])
+
+
+@pytest.mark.slow
+def test_phase_locked_runs_on_the_gait_task_and_keeps_its_stagger(tmp_path):
+    """Two tiny cells of task=gaits whose robots fall within a few steps: the curves carry
+    the success rate, staggered's batches lose their spread of phases and phase_locked's
+    keep it; the summary has the success threshold and the uniformity table."""
+    cfg = load_config("stagger_study", [
+        "task=gaits", "grid.schedules=[staggered,phase_locked]", "grid.rollout_lengths=[8]",
+        "study.gaits.seeds=[0]", "study.gaits.num_envs=[8]", "study.gaits.env_steps=192",
+        "task.episode_length_s=0.4", "task.terminations.max_tilt=0.05",
+        "algo.policy.init_noise_std=2.0", "histogram_iterations=3", f"out_dir={tmp_path}",
+        *TINY_POLICY])
+    ran = study.run_grid(cfg, tmp_path)
+    assert [c.name for c in ran] == ["staggered_K8_N8_s0", "phase_locked_K8_N8_s0"]
+    staggered, locked = (read_csv(tmp_path / "curves" / f"{c.name}.csv") for c in ran)
+    for curve in (staggered, locked):
+        assert curve["env_steps"].tolist() == [64, 128, 192]
+        judged = curve["success"][~np.isnan(curve["success"])]
+        assert len(judged) and ((judged >= 0) & (judged <= 1)).all()
+    assert locked["phase_uniformity"].min() >= 0.95 > staggered["phase_uniformity"].min()
+    study.report(cfg, tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Threshold: success >= 0.5" in summary
+    assert "| K | N | schedule | phase uniformity, mean | lowest |" in summary
+    assert "| 8 | 8 | phase_locked | 0.981 | 0.981 |" in summary
+    assert (tmp_path / "summary.csv").read_text().splitlines()[0].endswith(
+        "phase_uniformity_mean,phase_uniformity_min")
+    assert (tmp_path / "success_vs_env_steps.png").stat().st_size > 0
