@@ -174,7 +174,19 @@ def _check_names(mj: mujoco.MjSpec, spec: RobotSpec) -> None:
 # Contact and look of the geom named "ground", plane or heightfield alike (randomizers find
 # the ground friction by that name).
 _GROUND = {"contype": 1, "conaffinity": 1, "condim": 3, "friction": [1.0, 0.005, 0.0001],
-           "rgba": [0.35, 0.4, 0.45, 1]}
+           "material": "ground"}
+
+
+def _add_looks(mj: mujoco.MjSpec) -> None:
+    """A sky and a checkered ground for rendered video: built-in textures (no files), small
+    enough that a model copy per randomized robot stays light, and no effect on physics."""
+    tex, builtin = mujoco.mjtTexture, mujoco.mjtBuiltin
+    mj.add_texture(name="sky", type=tex.mjTEXTURE_SKYBOX, builtin=builtin.mjBUILTIN_GRADIENT,
+                   rgb1=[0.55, 0.7, 0.85], rgb2=[0.1, 0.15, 0.2], width=64, height=384)
+    mj.add_texture(name="ground", type=tex.mjTEXTURE_2D, builtin=builtin.mjBUILTIN_CHECKER,
+                   rgb1=[0.35, 0.4, 0.45], rgb2=[0.3, 0.34, 0.38], width=64, height=64)
+    material = mj.add_material(name="ground", texrepeat=[0.5, 0.5], texuniform=True)
+    material.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "ground"
 
 
 def _replace_world(mj: mujoco.MjSpec, base, terrain: TerrainGrid | None = None) -> None:
@@ -187,6 +199,7 @@ def _replace_world(mj: mujoco.MjSpec, base, terrain: TerrainGrid | None = None) 
         mj.delete(geom)
     for site in list(world.sites):
         mj.delete(site)
+    _add_looks(mj)
     if terrain is None:
         world.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
                        **_GROUND)

@@ -42,12 +42,26 @@ def geom_meshes(model: mujoco.MjModel,
         if mesh is None:
             continue
         vertices, faces = mesh
-        mat = model.geom_matid[g]
-        rgba = model.mat_rgba[mat] if mat >= 0 else model.geom_rgba[g]
+        rgba = _colour(model, g)
         out.append(GeomMesh(g, int(model.geom_bodyid[g]), vertices.astype(np.float32),
                             faces.astype(np.int32), tuple(float(c) for c in rgba),
                             model.geom_pos[g].copy(), model.geom_quat[g].copy()))
     return out
+
+
+def _colour(model: mujoco.MjModel, g: int) -> np.ndarray:
+    """The geom's RGBA: its material's, times its texture's mean colour (a mesh has no
+    texture coordinates here), else its own."""
+    mat = model.geom_matid[g]
+    if mat < 0:
+        return model.geom_rgba[g]
+    rgba = model.mat_rgba[mat].copy()
+    tex = model.mat_texid[mat, mujoco.mjtTextureRole.mjTEXROLE_RGB]
+    if tex >= 0:
+        adr, n = model.tex_adr[tex], model.tex_width[tex] * model.tex_height[tex]
+        texels = model.tex_data[adr:adr + n * model.tex_nchannel[tex]].reshape(n, -1)
+        rgba[:3] *= texels[:, :3].mean(0) / 255.0
+    return rgba
 
 
 def _shape(model: mujoco.MjModel, g: int, window) -> tuple[np.ndarray, np.ndarray] | None:
