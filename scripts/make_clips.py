@@ -9,16 +9,13 @@ command held, pushes on request) and renders one env with a camera tracking its 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import hydra
-import mujoco
 import numpy as np
 from omegaconf import DictConfig
-from PIL import Image
 
-from locomotion.evaluation.video import renderer_problem
+from locomotion.evaluation.video import TrackingCamera, gif_bytes, renderer_problem
 from locomotion.viewer import load_session
 
 
@@ -41,44 +38,24 @@ def record(cfg: DictConfig, clip: DictConfig) -> list[np.ndarray]:
     session.set_command(*clip.command)
     index = shown_env(session, clip.get("terrain_type"))
     env = session.env
-    data = mujoco.MjData(env.model)
-    camera = mujoco.MjvCamera()
-    camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
-    camera.trackbodyid = env.model.body(env.spec.base_body).id
-    camera.distance, camera.elevation, camera.azimuth = (
-        cfg.camera.distance, cfg.camera.elevation, cfg.camera.azimuth)
+    camera = TrackingCamera(env, int(cfg.width), int(cfg.height), **cfg.camera)
     every = max(1, round(1.0 / (float(cfg.fps) * env.control_dt)))
     push_step = round(clip.push_at_s / env.control_dt) if clip.get("push_at_s") else None
     frames = []
-    with mujoco.Renderer(env.model, int(cfg.height), int(cfg.width)) as renderer:
-        for step in range(round(float(clip.seconds) / env.control_dt)):
-            if step == push_step:
-                session.push(direction=np.pi / 2)  # sideways, across the walking direction
-            session.step()
-            if step % every == 0:
-                data.qpos[:] = session.qpos(index)
-                mujoco.mj_forward(env.model, data)
-                renderer.update_scene(data, camera)
-                frames.append(renderer.render().copy())
+    for step in range(round(float(clip.seconds) / env.control_dt)):
+        if step == push_step:
+            session.push(direction=np.pi / 2)  # sideways, across the walking direction
+        session.step()
+        if step % every == 0:
+            frames.append(camera.frame(session.qpos(index)))
+    camera.close()
     env.close()
     return frames
 
 
-def gif(frames: list[np.ndarray], fps: float, colors: int) -> bytes:
-    """An endlessly looping GIF on one shared palette (smaller than a palette per frame)."""
-    strip = Image.fromarray(np.concatenate(frames[::max(1, len(frames) // 8)], axis=0))
-    palette = strip.quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
-    images = [Image.fromarray(f).quantize(palette=palette, dither=Image.Dither.NONE)
-              for f in frames]
-    out = io.BytesIO()
-    images[0].save(out, format="GIF", save_all=True, append_images=images[1:],
-                   duration=round(1000 / fps), loop=0, optimize=True)
-    return out.getvalue()
-
-
 @hydra.main(config_path="../configs", config_name="clips", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    problem = renderer_problem()
+    problem = renderer_problem("PIL")
     if problem:
         raise SystemExit(f"error: {problem}")
     out = Path(cfg.out_dir)
@@ -89,7 +66,7 @@ def main(cfg: DictConfig) -> None:
         raise SystemExit(f"error: unknown clips {unknown}; valid: {sorted(cfg.clips)}")
     for name in names:
         frames = record(cfg, cfg.clips[name])
-        data = gif(frames, float(cfg.fps), int(cfg.colors))
+        data = gif_bytes(frames, float(cfg.fps), int(cfg.colors))
         if len(data) > cfg.max_kb * 1024:
             raise SystemExit(f"error: {name}.gif is {len(data) // 1024} KB, over the "
                              f"{cfg.max_kb} KB cap: lower fps, size, colors or seconds")

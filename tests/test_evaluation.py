@@ -1,21 +1,25 @@
 """Tests for the robustness evaluator: statistics, suites, policy loading, reproducibility."""
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from locomotion.config import CONFIG_DIR, config_group, load_config, replay_config
+from locomotion.evaluation.failure_clips import FailureClips
 from locomotion.evaluation.metrics import robustness_margin, wilson_interval
 from locomotion.evaluation.policies import Policy, PolicyLoadError, load_policies, load_policy
 from locomotion.evaluation.report import markdown
 from locomotion.evaluation.robustness import evaluate
 from locomotion.evaluation.rollouts import BatchRunner, batch_config
 from locomotion.evaluation.suite import Suite, SuiteError, plan_batches
+from locomotion.evaluation.video import gif_bytes
 from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +129,39 @@ def test_standing_policy_survives_no_push_and_falls_under_a_large_one(standing):
     margin = report["sweeps"]["push"]["policies"]["stand"]["margin"]
     assert margin["value"] == 0.0 and not margin["beyond"]
     assert rows[0]["recovered"] is None  # nothing pushed at 0 m/s
+
+
+def test_video_keeps_the_seconds_before_each_levels_first_failure(standing):
+    """push 4 m/s knocks the standing robot over; push 0 never fails, so it gets no clip."""
+    suite = tiny_suite({"push": [0.0, 4.0]})
+    got = []
+    evaluate([standing], suite, seed=0, sim=NATIVE,
+             clips=lambda policy, cond, env, states: got.append((cond, env.model.nq, states)))
+    assert [cond for cond, *_ in got] == [(("push", 4.0),)]
+    _, nq, states = got[0]
+    assert states.shape[1] == nq and 0.5 / 0.02 < len(states) <= 3.0 / 0.02  # after the push
+    up = 1 - 2 * (states[:, 4] ** 2 + states[:, 5] ** 2)  # cos(tilt) from the base quaternion
+    assert up[0] > 0.99 and up[-1] < 0.8  # upright, then tipping over: the failure
+
+
+def test_failure_window_is_in_time_order_and_taken_once_per_condition():
+    clips = FailureClips(num_envs=4, nq=1, steps=3, condition_of=torch.tensor([0, 0, 1, 1]))
+    for t in range(5):
+        clips.record(torch.full((4, 1), float(t)) + torch.arange(4)[:, None] * 10)
+    clips.failed(torch.tensor([1]))
+    clips.failed(torch.tensor([0, 3]))  # condition 0 has its clip already
+    assert clips.states[0][:, 0].tolist() == [12.0, 13.0, 14.0]  # env 1, steps 2..4
+    assert clips.states[1][:, 0].tolist() == [32.0, 33.0, 34.0]
+    assert set(clips.states) == {0, 1}
+
+
+def test_gif_writer_keeps_every_frame():
+    from PIL import Image
+
+    frames = [np.full((24, 32, 3), 20 * i, dtype=np.uint8) for i in range(6)]
+    gif = Image.open(io.BytesIO(gif_bytes(frames, fps=10.0)))
+    assert gif.n_frames == 6 and gif.size == (32, 24)
+    assert gif.info["duration"] == 100
 
 
 def test_same_seed_gives_identical_report(standing, tmp_path):

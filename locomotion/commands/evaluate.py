@@ -5,6 +5,7 @@
         labels=[nominal,robust] suite=default out=docs/robustness
     locomotion-evaluate policy=... axes=[push] episodes_per_level=64
     locomotion-evaluate policy=... sim=warp device=cuda
+    MUJOCO_GL=egl locomotion-evaluate policy=... video=true   # GIFs of each level's first failure
 
 Writes report.json (every number; the same for the same seed), report.md (tables and
 margins) and PNG figures to ``out`` (default runs/eval/<time>). ``suite=NAME`` selects
@@ -26,12 +27,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.commands.errors import run_app, user_errors
+from locomotion.config_checks import ConfigError
 from locomotion.evaluation.policies import PolicyLoadError, load_policies
 from locomotion.evaluation.report import write_json, write_markdown
 from locomotion.evaluation.robustness import evaluate
 from locomotion.evaluation.suite import Suite
+from locomotion.evaluation.video import TrackingCamera, gif_bytes, renderer_problem
 
 log = logging.getLogger("evaluate")
+CLIP_FPS = 10.0  # frames per second of simulated time in failure clips
 SUITE_GROUP = "eval@suite"  # configs/eval, placed at the config key `suite`
 
 
@@ -47,6 +51,28 @@ def _policy_paths(cfg: DictConfig) -> list[str]:
                               "policy=[A,B] (or policies=[A,B])")
     value = given[0]
     return [str(v) for v in value] if OmegaConf.is_list(value) else [str(value)]
+
+
+def _clip_writer(cfg: DictConfig, out: Path):
+    """Writes the evaluator's failure clips under ``out/clips`` (``video=true``)."""
+    if not cfg.video:
+        return None
+    problem = renderer_problem("PIL")
+    if problem:
+        raise ConfigError(f"video=true: {problem}")
+
+    def write(policy, condition, env, states) -> None:
+        camera = TrackingCamera(env, 320, 240)
+        every = max(1, round(1.0 / (CLIP_FPS * env.control_dt)))
+        frames = [camera.frame(q) for q in states[::every].numpy()]
+        camera.close()
+        name = "_".join(f"{axis}-{value}" for axis, value in condition) or "nominal"
+        path = out / "clips" / policy.label / f"{name}.gif"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gif_bytes(frames, CLIP_FPS))
+        log.info(f"clip of the first failure: {path}")
+
+    return write
 
 
 def _command() -> str:
@@ -68,7 +94,7 @@ def evaluate_command(cfg: DictConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     report, seconds = evaluate(policies, suite, int(cfg.seed), cfg.sim, str(cfg.device),
-                               progress=log.info)
+                               progress=log.info, clips=_clip_writer(cfg, out))
     total = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
     load = os.getloadavg()[0]

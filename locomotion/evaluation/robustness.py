@@ -12,8 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.evaluation.metrics import Episodes, robustness_margin, summarize
 from locomotion.evaluation.policies import Policy
 from locomotion.evaluation.rollouts import BatchRunner
@@ -53,17 +55,27 @@ def nominal_levels(policy: Policy, suite: Suite) -> dict[str, object]:
             "contact": round(contact, 6)}
 
 
+ClipWriter = Callable[[Policy, Condition, LocomotionEnv, torch.Tensor], None]
+"""Gets the states [steps, nq] before a condition's first failure and the batch env that ran
+it (whose model renders them)."""
+
+
 def evaluate_policy(policy: Policy, suite: Suite, seed: int, sim: DictConfig, device: str,
-                    progress: Callable[[str], None]) -> tuple[dict, dict[str, object], float]:
-    """Per-level summaries of one policy, its nominal levels and the seconds it took."""
+                    progress: Callable[[str], None], clips: ClipWriter | None = None,
+                    film_s: float = 3.0) -> tuple[dict, dict[str, object], float]:
+    """Per-level summaries of one policy, its nominal levels and the seconds it took;
+    ``clips`` gets the last ``film_s`` seconds before each level's first failure."""
     start = time.perf_counter()
     nominal = nominal_levels(policy, suite)
     where = suite.conditions(nominal)
     episodes: dict[Condition, Episodes] = {}
     for batch in plan_batches(where.values(), str(nominal["solver"])):
-        runner = BatchRunner(policy, batch, suite, seed, sim, device, progress)
+        runner = BatchRunner(policy, batch, suite, seed, sim, device, progress,
+                             film_s if clips else 0.0)
         try:
             episodes.update(runner.run())
+            for condition, states in runner.clips().items():
+                clips(policy, condition, runner.env, states)
         finally:
             runner.close()
     summaries = {c: summarize(ep, suite.reach) for c, ep in episodes.items()}
@@ -72,14 +84,15 @@ def evaluate_policy(policy: Policy, suite: Suite, seed: int, sim: DictConfig, de
 
 def evaluate(policies: Sequence[Policy], suite: Suite, seed: int, sim: DictConfig,
              device: str = "cpu", progress: Callable[[str], None] | None = None,
-             ) -> tuple[dict, dict[str, float]]:
-    """The report of ``policies`` on ``suite`` and the wall-clock seconds per policy."""
+             clips: ClipWriter | None = None) -> tuple[dict, dict[str, float]]:
+    """The report of ``policies`` on ``suite`` and the wall-clock seconds per policy
+    (``clips``: see ``evaluate_policy``)."""
     progress = progress or log.info
     per_policy, nominals, seconds = {}, {}, {}
     for p in policies:
         progress(f"evaluating {p.label} ({p.path})")
         per_policy[p.label], nominals[p.label], seconds[p.label] = evaluate_policy(
-            p, suite, seed, sim, device, progress)
+            p, suite, seed, sim, device, progress, clips)
     return build_report(policies, suite, seed, sim, device, per_policy, nominals), seconds
 
 

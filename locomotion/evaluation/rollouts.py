@@ -23,6 +23,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config import config_group, replay_config
+from locomotion.evaluation.failure_clips import FailureClips
 from locomotion.evaluation.metrics import Episodes
 from locomotion.evaluation.policies import Policy
 from locomotion.evaluation.suite import JOINT_AXES, Batch, Condition, Suite, SuiteError
@@ -142,7 +143,10 @@ class BatchRunner:
     """One env batch holding a set of conditions; ``run()`` returns their episodes."""
 
     def __init__(self, policy: Policy, batch: Batch, suite: Suite, seed: int, sim: DictConfig,
-                 device: str, progress: Callable[[str], None] | None = None):
+                 device: str, progress: Callable[[str], None] | None = None,
+                 film_s: float = 0.0):
+        """``film_s`` > 0 keeps the last ``film_s`` seconds before the first failure of each
+        condition (``clips``)."""
         cfg = suite.cfg
         self.shape = BatchShape.fit(len(batch.conditions), int(cfg.episodes_per_level),
                                     int(cfg.max_envs))
@@ -165,6 +169,18 @@ class BatchRunner:
         self.recovery = (float(rec.lin_vel_error), float(rec.max_tilt),
                          max(1, round(float(rec.hold_s) / self.dt)))
         self._assign()
+        self.film = None
+        if film_s > 0:
+            e = self.shape.per_round
+            self.film = FailureClips(self.shape.num_envs, env.model.nq,
+                                     max(1, round(film_s / self.dt)),
+                                     torch.arange(self.shape.num_envs) // e)
+
+    def clips(self) -> dict[Condition, torch.Tensor]:
+        """States [steps, nq] before the first failure of each condition that had one."""
+        if self.film is None:
+            return {}
+        return {self.batch.conditions[c]: states for c, states in self.film.states.items()}
 
     # ------------------------------------------------------------------ slots
     def _slots(self, index: int) -> torch.Tensor:
@@ -287,8 +303,12 @@ class BatchRunner:
         streak = torch.zeros(n, dtype=torch.long, device=dev)
         pushed = self.push_speed > 0
         for t in range(1, env.max_episode_length + 1):
+            if self.film is not None:
+                self.film.record(env.sim.qpos)
             obs, _, terminated, truncated, info = env.step(self.policy.act(obs["policy"]))
             done = terminated | truncated
+            if self.film is not None and bool((terminated & ~recorded).any()):
+                self.film.failed((terminated & ~recorded).nonzero().squeeze(1))
             if "episode" in info:
                 ids = done.nonzero().squeeze(1)
                 first = ~recorded[ids]
