@@ -147,6 +147,7 @@ def test_player_runs_without_torch_or_the_training_code(go1):
     assert summary["commands"] == "fixed" and summary["episodes"] == 1
     for key in ("survival", "tracking_error", "distance"):
         assert np.isfinite(summary[key])
+    assert 0.05 < summary["base_height"] < 0.5  # the base's mean height, m
     imported = json.loads(lines[-1].removeprefix("imports: "))
     assert "onnxruntime" in imported and "mujoco" in imported
     assert "torch" not in imported, imported

@@ -440,6 +440,8 @@ class Episode:
     tracking_error: float  # mean planar |command - body velocity|, m/s
     yaw_error: float  # mean |yaw-rate command - yaw rate|, rad/s
     distance: float  # planar distance from the spawn point, m
+    base_height: float  # mean height of the base over the episode, m (flat ground: a
+    # policy that crouches or drags its belly shows here, not in tracking or survival)
 
 
 class Player:
@@ -484,7 +486,7 @@ class Player:
         self.last_action = np.zeros(self.actuation.n)
         self.foot_contact = np.ones(self.foot_contacts.count, dtype=bool)  # spawned on its feet
         self.steps = 0
-        self.lin_err = self.yaw_err = 0.0
+        self.lin_err = self.yaw_err = self.height = 0.0
 
     def step(self) -> str | None:
         """One control step; returns why the episode failed, or None."""
@@ -504,6 +506,7 @@ class Player:
         b, v = self.b, self.v
         body_vel = quat_rotate_inverse(d.qpos[b + 3:b + 7], d.qvel[v:v + 3])
         self.lin_err += float(np.linalg.norm(self.commander.value[:2] - body_vel[:2]))
+        self.height += float(d.qpos[b + 2])
         self.yaw_err += abs(self.commander.value[2] - d.qvel[v + 5])
         return self._failure()
 
@@ -519,7 +522,8 @@ class Player:
                        tracking_error=self.lin_err / self.steps,
                        yaw_error=self.yaw_err / self.steps,
                        distance=float(np.linalg.norm(self.data.qpos[self.b:self.b + 2]
-                                                     - self.start_xy)))
+                                                     - self.start_xy)),
+                       base_height=self.height / self.steps)
 
     def _failure(self) -> str | None:
         """The task's failure check: tipped over, a terminating body touched, or diverged."""
@@ -610,7 +614,8 @@ def main(argv: list[str] | None = None) -> dict:
         episodes.append(ep)
         print(f"episode {i}: {ep.steps} steps, "
               f"{'survived' if ep.survived else f'failed ({ep.failure})'}, "
-              f"tracking error {ep.tracking_error:.3f} m/s, distance {ep.distance:.2f} m")
+              f"tracking error {ep.tracking_error:.3f} m/s, distance {ep.distance:.2f} m, "
+              f"base height {ep.base_height:.3f} m")
     summary = {
         "robot": sidecar["robot"], "solver": solver, "decimation": player.decimation,
         "actuation": getattr(player.actuation, "summary", "model"),
@@ -620,6 +625,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tracking_error": float(np.mean([e.tracking_error for e in episodes])),
         "yaw_error": float(np.mean([e.yaw_error for e in episodes])),
         "distance": float(np.mean([e.distance for e in episodes])),
+        "base_height": float(np.mean([e.base_height for e in episodes])),
     }
     print(json.dumps(summary))
     if recorder is not None:
