@@ -273,6 +273,14 @@ def test_player_drives_a_team_mjcf_matched_by_joint_name(tmp_path, actuators, ki
     np.testing.assert_allclose(player.data.qpos[:2], exported.data.qpos[:2], atol=0.1)
 
 
+def test_shipped_policy_stands_at_walking_height():
+    """Asked to stand, the shipped policy holds its base at walking height: a policy trained
+    under heavy joint damping without the base_height term crouched to 0.13 m."""
+    player, failure = play(PRETRAINED / "robot.xml", vx=0.0)
+    assert failure is None
+    assert player.height / player.steps > 0.22
+
+
 def test_player_refuses_a_model_missing_the_sidecars_joints(tmp_path):
     from tests.team_mjcf import team_go1
 
