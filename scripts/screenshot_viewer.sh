@@ -20,5 +20,7 @@ sleep 5  # the robots walk a few steps before the picture
 chromium --headless --no-sandbox --disable-gpu --enable-unsafe-swiftshader \
     --use-angle=swiftshader --no-first-run --disable-background-networking \
     --disable-component-update --disable-sync --user-data-dir="$profile" \
-    --window-size=1280,800 --virtual-time-budget=8000 --screenshot="$out" \
+    --window-size=1024,640 --virtual-time-budget=8000 --screenshot="$out" \
     "http://127.0.0.1:$port"
+# a 128-colour palette: a third of the size, no visible change for flat-shaded meshes
+python -c "import sys; from PIL import Image; Image.open(sys.argv[1]).quantize(128).save(sys.argv[1], optimize=True)" "$out"
