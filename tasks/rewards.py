@@ -108,7 +108,7 @@ def base_height(c: RewardContext) -> torch.Tensor:
     ``rewards.base_height_target``: a policy trained under heavy joint damping otherwise
     learns to crouch and shuffle with its belly a few cm off the floor. One-sided, so
     jumps and pronking are not penalized."""
-    target = float(c.task.cfg.rewards.base_height_target)
+    target = float(c.task.base_height_target)
     return (target - c.task.base_height(c.w)[:, 0]).clamp(min=0.0).square()
 
 

@@ -8,14 +8,15 @@ backends are interchangeable. Reward weights and observation scales come from co
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from locomotion.config_checks import ConfigError
 from locomotion.sim.backend import SimBackend
-from locomotion.sim.model_builder import ModelLayout
+from locomotion.sim.model_builder import ModelLayout, as_slice
 from locomotion.sim.robot_spec import RobotSpec
 from locomotion.sim.rotations import (
     heading,
@@ -53,13 +54,21 @@ class VelocityTask:
         f32 = torch.float32
         self.default_pose = torch.tensor(spec.default_pose, dtype=f32, device=dev)
         self.init_height = spec.init_height
-        self.joint_qpos = torch.as_tensor(layout.joint_qpos, device=dev)
-        self.joint_qvel = torch.as_tensor(layout.joint_qvel, device=dev)
+        # spawn ranges as plain values: a config read costs microseconds at every reset
+        self.spawn = SimpleNamespace(**OmegaConf.to_container(cfg.init_state, resolve=True))
+
+        def index(ids):  # a slice (a view) where the columns allow, else an index tensor
+            ids = as_slice(ids)
+            return ids if isinstance(ids, slice) else torch.as_tensor(ids, device=dev)
+
+        self.joint_qpos = index(layout.joint_qpos)
+        self.joint_qvel = index(layout.joint_qvel)
         rng = torch.as_tensor(layout.joint_range, dtype=f32, device=dev)
         mid, half = rng.mean(1), 0.5 * (rng[:, 1] - rng[:, 0]) * cfg.rewards.soft_joint_limit
         self.soft_limits = torch.stack((mid - half, mid + half), dim=1)
+
         def cols(names):
-            return torch.as_tensor(layout.columns(names), device=dev)
+            return index(layout.columns(names))
 
         self.foot_contact_cols = cols([f"{f}_contact" for f in spec.feet])
         self.bad_contact_cols = cols([f"{b}_contact" for b in spec.terminate_contacts])
@@ -69,6 +78,8 @@ class VelocityTask:
 
         self.commands = torch.zeros(num_envs, 3, device=dev)
         c = cfg.commands
+        self.standing_fraction = float(c.standing_fraction)
+        self.resample_time_s = float(c.resample_time_s)
         ranges = torch.tensor([c.lin_vel_x, c.lin_vel_y, c.ang_vel_yaw], dtype=f32)
         self.command_range = ranges.repeat(num_envs, 1, 1).to(dev)  # [N, 3, (low, high)]
         steering = c.get("heading")
@@ -90,11 +101,13 @@ class VelocityTask:
         r = cfg.rewards
         self.tracking_sigma = float(r.tracking_sigma)
         self.air_time_target = float(r.air_time_target)
+        self.base_height_target = r.get("base_height_target")
         self.clip_negative_total = bool(r.clip_negative_total)
         self.max_tilt = float(cfg.terminations.max_tilt)
         self.termination_terms = [TERMINATION_TERMS["tilt"]] + (
             [TERMINATION_TERMS["base_contact"]] if cfg.terminations.base_contact else [])
         self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}
+        self._reward_scales = {k: w * dt for k, w in self.reward_weights.items()}
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
         if unknown:
             raise ConfigError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
@@ -125,13 +138,13 @@ class VelocityTask:
 
     def sample_commands(self, env_ids: torch.Tensor) -> None:
         """Draw new commands for ``env_ids`` in their ranges; a configured share stand still."""
-        c, n = self.cfg.commands, len(env_ids)
+        n = len(env_ids)
         rng = self.command_range[env_ids]
         u = torch.stack([self._rand(n) for _ in range(3)], dim=1)
         cmd = rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * u
-        stand = self._rand(n) < c.standing_fraction
+        stand = self._rand(n) < self.standing_fraction
         self.commands[env_ids] = cmd * (~stand).unsqueeze(1)
-        self.command_timer[env_ids] = c.resample_time_s
+        self.command_timer[env_ids] = self.resample_time_s
         if self.heading_fraction > 0:
             self.heading[env_ids] = self._uniform(n, (-math.pi, math.pi))
             steer = self._rand(n) < self.heading_fraction
@@ -140,13 +153,13 @@ class VelocityTask:
     def sample_commands_where(self, mask: torch.Tensor) -> None:
         """``sample_commands`` of the envs where ``mask`` [N] is set, drawn for every env and
         kept by mask (no host read)."""
-        c, n = self.cfg.commands, self.num_envs
+        n = self.num_envs
         rng = self.command_range
         cmd = rng[:, :, 0] + (rng[:, :, 1] - rng[:, :, 0]) * self._rand(n, 3)
-        stand = self._rand(n) < c.standing_fraction
+        stand = self._rand(n) < self.standing_fraction
         rows = mask[:, None]
         self.commands.copy_(torch.where(rows, cmd * (~stand).unsqueeze(1), self.commands))
-        self.command_timer.masked_fill_(mask, float(c.resample_time_s))
+        self.command_timer.masked_fill_(mask, self.resample_time_s)
         if self.heading_fraction > 0:
             heading = self._uniform(n, (-math.pi, math.pi))
             self.heading.copy_(torch.where(mask, heading, self.heading))
@@ -168,7 +181,7 @@ class VelocityTask:
 
     def initial_state(self, env_ids: torch.Tensor, nq: int, nv: int):
         """Spawn states for ``env_ids``: default pose scaled, random heading, small velocity."""
-        n, s = len(env_ids), self.cfg.init_state
+        n, s = len(env_ids), self.spawn
         qpos = torch.zeros(n, nq, device=self.device)
         qvel = torch.zeros(n, nv, device=self.device)
         qpos[:, 0:2] = self._uniform(2 * n, (-s.base_xy, s.base_xy)).view(n, 2)
@@ -245,17 +258,17 @@ class VelocityTask:
     # ----------------------------------------------------------------- world
     def world(self, sim: SimBackend, env_ids: torch.Tensor | None = None) -> World:
         """Read the batch (or the rows ``env_ids``) from the backend's state and sensors."""
-        idx = slice(None) if env_ids is None else env_ids
-        qpos = sim.qpos[idx].float()
-        qvel = sim.qvel[idx].float()
-        sens = sim.sensordata[idx].float()
+        qpos, qvel, sens = sim.qpos, sim.qvel, sim.sensordata
+        if env_ids is not None:
+            qpos, qvel, sens = qpos[env_ids], qvel[env_ids], sens[env_ids]
+        qpos, qvel, sens = qpos.float(), qvel.float(), sens.float()
         quat = qpos[:, 3:7]
         if env_ids is None:
             contact = sim.substep_sensordata[:, :, self.foot_contact_cols].amax(1) > 0
         else:
             contact = self.last_contact[env_ids]
-        undesired = (sens[:, self.undesired_cols] > 0).sum(1) if self.undesired_cols is not None \
-            else torch.zeros(len(qpos), device=qpos.device)
+        undesired = (sens[:, self.undesired_cols] > 0).sum(1, dtype=torch.float32) \
+            if self.undesired_cols is not None else torch.zeros(len(qpos), device=qpos.device)
         return World(
             base_pos=qpos[:, 0:3],
             base_quat=quat,
@@ -267,7 +280,7 @@ class VelocityTask:
             foot_contact=contact,
             torques=sens[:, self.torque_cols],
             bad_contact=(sens[:, self.bad_contact_cols] > 0).any(1),
-            undesired_contacts=undesired.float(),
+            undesired_contacts=undesired,
         )
 
     # ----------------------------------------------------------------- observations
@@ -353,12 +366,15 @@ class VelocityTask:
         first_contact = (self.air_time > 0) & contact
         self.air_time += self.dt
         ctx = RewardContext(w, self, actions, last_actions, first_contact)
-        terms = {name: REWARD_TERMS[name](ctx) * (wt * self.dt)
-                 for name, wt in self.reward_weights.items()}
+        # each weighted term written into its row of one tensor: the total is one sum
+        rows = torch.empty(len(self._reward_scales), len(contact), device=self.device)
+        terms = dict(zip(self._reward_scales, rows.unbind(0), strict=True))
+        for name, row in terms.items():
+            torch.mul(REWARD_TERMS[name](ctx), self._reward_scales[name], out=row)
         self.air_time *= ~contact
         self.last_contact.copy_(contact)
         self.last_joint_vel.copy_(w.joint_vel)
-        total = torch.stack(list(terms.values())).sum(0)
+        total = rows.sum(0)
         if self.clip_negative_total:
             total = total.clamp(min=0.0)
         return total, terms

@@ -172,6 +172,21 @@ def test_logged_episode_statistics_leave_out_partial_episodes(tmp_path):
     assert all("partial" not in e and "subtask" not in e for e in later)
 
 
+def test_the_update_runs_on_the_learner_threads_and_collecting_on_the_torch_ones(tmp_path):
+    runner = make_runner(tmp_path, ["reset=sync", "learner_threads=3"])
+    seen = []
+    update = runner.ppo.update
+
+    def recording(storage):
+        seen.append(torch.get_num_threads())
+        return update(storage)
+
+    runner.ppo.update = recording
+    runner.train_iteration()
+    assert seen == [3]
+    assert torch.get_num_threads() == runner.env.threads.torch == 1
+
+
 def test_init_policy_starts_a_new_run_from_another_runs_policy(tmp_path):
     """A walking policy moves to a wider randomization preset: a new run (its own env,
     optimizer and counters) whose policy starts as the other run's; resume would refuse."""

@@ -21,6 +21,14 @@ def test_oversubscribing_settings_are_warned_about(physics, torch_threads):
     assert plan.warning and "oversubscribe the 4 usable cores" in plan.warning
 
 
+def test_the_learner_takes_the_cores_the_idle_physics_leaves():
+    assert plan_threads(None, None, cpu_physics=True, cores=8).learner == 8
+    assert plan_threads(None, 2, cpu_physics=True, cores=8).learner == 2  # other jobs' cores
+    assert plan_threads(None, None, cpu_physics=True, cores=8, learner_threads=3).learner == 3
+    with pytest.raises(ValueError, match="learner_threads must be a whole number >= 1"):
+        plan_threads(None, None, cpu_physics=True, cores=2, learner_threads=0)
+
+
 def test_bad_thread_counts_are_clear_errors():
     with pytest.raises(ValueError, match="torch_threads must be a whole number >= 1"):
         plan_threads(None, 0, cpu_physics=True, cores=2)

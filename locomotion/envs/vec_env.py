@@ -179,7 +179,8 @@ class LocomotionEnv:
         # Thread counts before the backend starts its pool (sim.nthread, torch_threads: null
         # chooses); a user's settings that oversubscribe the cores get a warning.
         self.threads = plan_threads(cfg.sim.get("nthread"), cfg.get("torch_threads"),
-                                    cpu_physics=cfg.sim.backend == "native")
+                                    cpu_physics=cfg.sim.backend == "native",
+                                    learner_threads=cfg.get("learner_threads"))
         if self.threads.warning:
             warnings.warn(self.threads.warning, stacklevel=2)
         torch.set_num_threads(self.threads.torch)

@@ -47,6 +47,7 @@ from locomotion.rl.ppo import PPO, PPOConfig
 from locomotion.rl.storage import RolloutStorage, bootstrap_truncated
 from locomotion.rl.training_log import TrainingLog
 from locomotion.robots import resolve_policy_path
+from locomotion.sim.threads import ThreadPlan
 from locomotion.tasks import make_env
 
 SIGN_OF_LIFE_S = 10.0  # seconds without a line that a run never goes when not on a terminal
@@ -431,14 +432,16 @@ class Runner:
         if getattr(self.env, "masked", False):
             self.env.check_actions_seen()  # masked steps count bad actions, raised here
         t0 = time.perf_counter()
-        self.ppo.compute_returns(self.storage, self.env.obs["critic"])
-        losses = self.ppo.update(self.storage)
-        # Normalizers move between iterations only, so the policy that collected a batch is
-        # exactly the one PPO's ratios and KL compare against.
-        if self.dist is None:
-            self.policy.update_normalizers(self.storage.obs, self.storage.critic_obs)
-        else:
-            self.dist.update_normalizers(self.policy, self.storage.obs, self.storage.critic_obs)
+        with learner_threads(getattr(self.env, "threads", None)):
+            self.ppo.compute_returns(self.storage, self.env.obs["critic"])
+            losses = self.ppo.update(self.storage)
+            # Normalizers move between iterations only, so the policy that collected a batch
+            # is exactly the one PPO's ratios and KL compare against.
+            if self.dist is None:
+                self.policy.update_normalizers(self.storage.obs, self.storage.critic_obs)
+            else:
+                self.dist.update_normalizers(self.policy, self.storage.obs,
+                                             self.storage.critic_obs)
         self.storage.clear()
         timing["learn"] = time.perf_counter() - t0
         steps = self.num_steps * self.env.num_envs
@@ -647,6 +650,22 @@ class EpisodeTally:
         out = {k: s / e for k, s, e in zip(keys, sums, elements, strict=True)}
         out["count"] = float(count)
         return out
+
+
+@contextlib.contextmanager
+def learner_threads(plan: ThreadPlan | None):
+    """Torch on the plan's learner threads for a while, then back to its collecting ones:
+    the physics pool idles while PPO learns, so the update may take its cores (an env
+    without a plan keeps torch as it is)."""
+    if plan is None or plan.learner == torch.get_num_threads():
+        yield
+        return
+    collecting = torch.get_num_threads()
+    torch.set_num_threads(plan.learner)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(collecting)
 
 
 def rng_states(device: torch.device, ppo_generator: torch.Generator) -> dict[str, torch.Tensor]:

@@ -78,6 +78,17 @@ class ModelLayout:
                                for n in names])
 
 
+def as_slice(ids) -> slice | np.ndarray:
+    """``ids`` as a slice where they are evenly spaced and increasing (as the columns of a
+    spec's joints, actuators and sensors are), else as given: indexing a tensor by a slice
+    is a view, by an index array a gather that costs as much as the math on it."""
+    ids = np.asarray(ids).reshape(-1)
+    step = ids[1] - ids[0] if len(ids) > 1 else 1
+    if len(ids) == 0 or step < 1 or (np.diff(ids) != step).any():
+        return ids
+    return slice(int(ids[0]), int(ids[-1]) + 1, int(step))
+
+
 def build_model(spec: RobotSpec, solver: SolverProfile, terrain: TerrainGrid | None = None,
                 ) -> tuple[mujoco.MjModel, ModelLayout]:
     """Compile the robot of ``spec`` under ``solver`` on ``terrain`` (None: a plane)."""

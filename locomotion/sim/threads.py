@@ -6,7 +6,9 @@ beside a physics pool that already fills the cores, more than one torch thread s
 time (measured on a busy 2-core machine: 500-950 env steps/s and 10-19 s per PPO update with
 torch's default, about 4,000 env steps/s and 1 s per update with one torch thread). So the
 physics takes the usable cores (the process's CPU affinity, not the machine's count) and
-torch the cores the physics leaves, at least one.
+torch the cores the physics leaves, at least one. The learner runs while the pool is idle
+(between rollouts), so it takes every usable core unless ``torch_threads`` is set (e.g. to
+leave cores to other jobs) or ``learner_threads`` says otherwise.
 """
 
 from __future__ import annotations
@@ -27,19 +29,23 @@ def usable_cores() -> int:
 class ThreadPlan:
     physics: int  # native MuJoCo threads (0: the physics runs elsewhere, e.g. on a GPU)
     torch: int
+    learner: int  # torch threads of the PPO update, which never runs beside the physics
     cores: int
     warning: str | None  # set when the user's own settings oversubscribe the cores
 
     def describe(self) -> str:
         physics = f"{self.physics} physics threads, " if self.physics else ""
-        return f"{physics}{self.torch} torch threads on {self.cores} usable cores"
+        return (f"{physics}{self.torch} torch threads ({self.learner} learning) on "
+                f"{self.cores} usable cores")
 
 
 def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bool,
-                 cores: int | None = None) -> ThreadPlan:
-    """Thread counts for ``physics`` / ``torch_threads`` settings (None: choose)."""
+                 cores: int | None = None, learner_threads: int | None = None) -> ThreadPlan:
+    """Thread counts for ``physics`` / ``torch_threads`` / ``learner_threads`` settings
+    (None: choose)."""
     cores = cores or usable_cores()
-    for name, value in (("sim.nthread", physics), ("torch_threads", torch_threads)):
+    for name, value in (("sim.nthread", physics), ("torch_threads", torch_threads),
+                        ("learner_threads", learner_threads)):
         if value is not None and (type(value) is not int or value < 1):
             raise ValueError(f"{name} must be a whole number >= 1 or null (choose from the "
                              f"usable cores), got {value!r}")
@@ -50,4 +56,5 @@ def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bo
         warning = (f"{sim} physics threads and {torch} torch threads oversubscribe the "
                    f"{cores} usable cores and can run several times slower; leave sim.nthread "
                    f"and torch_threads at null or keep their sum within {cores}")
-    return ThreadPlan(sim, torch, cores, warning)
+    learner = learner_threads or torch_threads or cores
+    return ThreadPlan(sim, torch, learner, cores, warning)
