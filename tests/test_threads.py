@@ -21,9 +21,9 @@ def test_oversubscribing_settings_are_warned_about(physics, torch_threads):
     assert plan.warning and "oversubscribe the 4 usable cores" in plan.warning
 
 
-def test_the_learner_takes_the_cores_the_idle_physics_leaves():
-    assert plan_threads(None, None, cpu_physics=True, cores=8).learner == 8
-    assert plan_threads(None, 2, cpu_physics=True, cores=8).learner == 2  # other jobs' cores
+def test_the_learner_keeps_torchs_threads_unless_told():
+    assert plan_threads(None, None, cpu_physics=True, cores=8).learner == 1
+    assert plan_threads(None, 2, cpu_physics=True, cores=8).learner == 2
     assert plan_threads(None, None, cpu_physics=True, cores=8, learner_threads=3).learner == 3
     with pytest.raises(ValueError, match="learner_threads must be a whole number >= 1"):
         plan_threads(None, None, cpu_physics=True, cores=2, learner_threads=0)
