@@ -78,29 +78,48 @@ class WebViewer:
                 scene.add_mesh_simple(f"/env{i}/{m.body(g.body).name}/geom_{g.geom}",
                                       g.vertices, g.faces, color=_rgb(g.rgba),
                                       position=g.pos, wxyz=g.quat)
+        self._kinematics()
+        start = self.data[0].xpos[self.base] + self.offsets[0]
+        self.server.initial_camera.look_at = start
+        self.server.initial_camera.position = start + CAMERA_OFFSET
+        self._offsets: dict[int, np.ndarray] = {}
+        self.server.on_client_connect(self._watch_camera)
         self._update_scene()
-        base = self.data[0].xpos[self.base] + self.offsets[0]
-        self.server.initial_camera.look_at = base
-        self.server.initial_camera.position = base + CAMERA_OFFSET
+
+    def _kinematics(self) -> None:
+        """Body poses of the shown envs (their ``data``) from the batch's joint positions."""
+        for i, d in enumerate(self.data):
+            d.qpos[:] = self.session.qpos(i)
+            mujoco.mj_kinematics(self.model, d)
 
     def _update_scene(self) -> None:
         m = self.model
+        self._kinematics()
         with self.server.atomic():
             for i, d in enumerate(self.data):
-                d.qpos[:] = self.session.qpos(i)
-                mujoco.mj_kinematics(m, d)
                 for b in range(1, m.nbody):
                     frame = self.frames[i, b]
                     frame.position = d.xpos[b] + self.offsets[i]
                     frame.wxyz = d.xquat[b]
         if self.follow.value:
-            target = self.data[0].xpos[self.base] + self.offsets[0]
-            for client in self.server.get_clients().values():
-                cam = client.camera
-                shift = target - np.asarray(cam.look_at)
-                with client.atomic():
-                    cam.look_at = target
-                    cam.position = np.asarray(cam.position) + shift
+            self._follow(self.data[0].xpos[self.base] + self.offsets[0])
+
+    def _follow(self, target: np.ndarray) -> None:
+        """Move every browser's camera with env 0's base at the offset its user last left it
+        (orbiting and zooming in the page change the offset, not the target)."""
+        for cid, client in self.server.get_clients().items():
+            offset = self._offsets.get(cid, CAMERA_OFFSET)
+            with client.atomic():
+                client.camera.look_at = target
+                client.camera.position = target + offset
+
+    def _watch_camera(self, client) -> None:
+        """Keep the offset of a newly connected browser's camera from what it is looking at."""
+        def moved(camera) -> None:
+            self._offsets[client.client_id] = (np.asarray(camera.position)
+                                               - np.asarray(camera.look_at))
+
+        client.camera.on_update(moved)
 
     # ----------------------------------------------------------------- widgets
     def _build_gui(self) -> None:
