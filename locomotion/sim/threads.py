@@ -36,8 +36,8 @@ class ThreadPlan:
 
     def describe(self) -> str:
         physics = f"{self.physics} physics threads, " if self.physics else ""
-        return (f"{physics}{self.torch} torch threads ({self.learner} learning) on "
-                f"{self.cores} usable cores")
+        learner = f", {self.learner} learning" if self.learner != self.torch else ""
+        return f"{physics}{self.torch} torch threads{learner} on {self.cores} usable cores"
 
 
 def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bool,
