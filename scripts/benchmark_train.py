@@ -3,7 +3,8 @@
 Every ``eval_every`` iterations the deterministic policy runs one full episode in each of
 ``eval_envs`` separate envs (synchronized start, the task's command distribution). The
 policy walks when the mean planar tracking error is <= 0.15 m/s and >= 95 % of episodes
-reach the time-out; the run stops there (or, with ``stop_at_walk=false``, trains on to
+reach the time-out, on the nominal robot (``eval_randomization``) whatever the training
+randomizes; the run stops there (or, with ``stop_at_walk=false``, trains on to
 ``max_iterations`` and still reports the first walk). Wall-clock counts env construction,
 the staggered warm-up and training, not the walk checks. Writes ``curve.csv`` in the run
 folder; the last line printed is one JSON object.
@@ -23,6 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from locomotion.config import config_group
 from locomotion.evaluation import evaluate_episodes, walks
 from locomotion.rl.runner import Runner, summary_line
 from locomotion.tasks import make_env
@@ -39,6 +41,7 @@ def main(cfg: DictConfig) -> None:
         eval_cfg.num_envs = cfg.eval_envs
         eval_cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
         eval_cfg.seed = cfg.seed + 1000
+        eval_cfg.randomization = config_group("randomization", str(cfg.eval_randomization))
     eval_env = make_env(eval_cfg)
     runner = Runner(env, cfg, log_dir=run_dir)
     rows: list[dict] = []
