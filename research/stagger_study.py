@@ -42,9 +42,10 @@ import hydra
 import numpy as np
 import torch
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from locomotion import tasks
+from locomotion.evaluation import evaluate_episodes
 from locomotion.rl.runner import Runner
 from locomotion.tasks.subtasks import episode_checks
 from research.study import (
@@ -62,7 +63,8 @@ if TYPE_CHECKING:
     from locomotion.envs import LocomotionEnv
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue",
-          "phase_locked": "tab:green"}
+          "phase_locked": "tab:green", "staggered-random": "tab:purple",
+          "staggered-policy": "tab:cyan"}
 LINESTYLES = ("-", "--", ":", "-.")
 
 
@@ -106,23 +108,34 @@ def metric_of(study: DictConfig) -> str:
     return metric
 
 
+def cell_budget(study: DictConfig, cell: Cell) -> int:
+    """The env steps of one cell: the entry's ``env_steps``, or ``iterations`` updates of
+    N * K steps where the entry fixes the number of updates."""
+    if "iterations" in study:
+        return int(study.iterations) * cell.num_envs * cell.rollout_length
+    return int(study.env_steps)
+
+
 def grid_cells(cfg: DictConfig) -> list[Cell]:
     """Every cell of the grid, checking that each gets exactly the env-step budget."""
     study = study_settings(cfg)
     cells = [Cell(s, int(k), int(n), int(seed)) for s in cfg.grid.schedules
              for k in cfg.grid.rollout_lengths for n in study.num_envs for seed in study.seeds]
     for c in cells:
-        if int(study.env_steps) % (c.num_envs * c.rollout_length):
+        if cell_budget(study, c) % (c.num_envs * c.rollout_length):
             raise ValueError(f"env_steps {study.env_steps} is not a multiple of N * K = "
                              f"{c.num_envs} * {c.rollout_length}: budgets would differ")
     return cells
 
 
 def cell_config(cfg: DictConfig, cell: Cell) -> DictConfig:
-    """The training config of one cell: the task's overrides, then the cell's values."""
+    """The training config of one cell: the task's overrides, then the cell's values (a
+    schedule named ``<schedule>-<warmup>`` also sets the warm-up policy)."""
+    schedule, _, warmup = cell.schedule.partition("-")
+    reset = {"schedule": schedule, **({"warmup": warmup} if warmup else {})}
     return OmegaConf.merge(cfg, study_settings(cfg).config, {
         "num_envs": cell.num_envs, "seed": cell.seed,
-        "algo": {"num_steps": cell.rollout_length}, "reset": {"schedule": cell.schedule}})
+        "algo": {"num_steps": cell.rollout_length}, "reset": reset})
 
 
 def make_env(cfg: DictConfig) -> PhaseTargetEnv | LocomotionEnv:
@@ -209,28 +222,113 @@ def curve_row(runner: Runner, stats: dict, windows: dict[str, EpisodeWindow],
     }
 
 
+CHECK_METRICS = ("tracking_error", "survival", "gait_match", "no_fall")
+"""What the deterministic-policy checks write to a curve (``check_<metric>``)."""
+
+
+class PolicyChecks:
+    """Deterministic-policy checks during a run: the mean action for one whole episode in
+    each of ``evaluation.envs`` separate envs (synchronized start, seed + 1000), every
+    ``evaluation.every`` env steps and, with ``final_envs`` episodes, at the end.
+
+    ``no_fall`` is the share of episodes in which the base never touched the ground nor
+    tilted past ``fall_tilt``; it reads every step of the checked episodes, so it is only
+    meaningful where falls do not end episodes (as in the entries that ask for it).
+    """
+
+    def __init__(self, run_cfg: DictConfig, evaluation: DictConfig, criterion: DictConfig):
+        bad = [k for k in criterion
+               if k.partition("_")[0] not in ("min", "max") or k[4:] not in CHECK_METRICS]
+        if bad:
+            raise ValueError(f"unknown criterion bounds {bad}; valid: min_ or max_ of "
+                             f"{list(CHECK_METRICS)}")
+        self.criterion = {k: float(v) for k, v in criterion.items()}
+        self.every, self.envs = int(evaluation.every), int(evaluation.envs)
+        self.rounds = max(1, int(evaluation.final_envs) // self.envs)
+        self.fall_tilt = float(evaluation.fall_tilt)
+        check_cfg = run_cfg.copy()
+        with open_dict(check_cfg):
+            check_cfg.num_envs = self.envs
+            check_cfg.seed = int(run_cfg.seed) + 1000
+            check_cfg.reset = {"schedule": "sync", "num_groups": None, "warmup": "zero"}
+        self.env = tasks.make_env(check_cfg)
+        self.checked = 0  # env steps of the last check
+
+    def due(self, env_steps: int, last: bool) -> bool:
+        return last or env_steps // self.every > self.checked // self.every
+
+    def __call__(self, act, env_steps: int, last: bool) -> dict[str, float]:
+        """The check's means over ``envs`` episodes (``final_envs`` when ``last``) and
+        whether they meet the criterion (``passed``: 1 or 0)."""
+        self.checked = env_steps
+        rounds = [self._episodes(act) for _ in range(self.rounds if last else 1)]
+        means = {k: float(np.mean([r[k] for r in rounds])) for k in rounds[0]}
+        passed = all(means[k[4:]] >= v if k.startswith("min_") else means[k[4:]] <= v
+                     for k, v in self.criterion.items())
+        return {**means, "passed": float(passed), "episodes": float(self.envs * len(rounds))}
+
+    def _episodes(self, act) -> dict[str, float]:
+        fell = torch.zeros(self.envs, dtype=torch.bool)
+
+        def count_falls(env) -> None:
+            w = env.task.world(env.sim)
+            fell.logical_or_(w.bad_contact | (torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
+                                              > self.fall_tilt))
+
+        metrics = evaluate_episodes(self.env, act, on_step=count_falls)
+        return {"tracking_error": metrics["tracking_error"], "survival": metrics["survival"],
+                "gait_match": metrics.get("gait_match", math.nan),
+                "no_fall": 1.0 - float(fell.float().mean())}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def policy_checks(cfg: DictConfig, run_cfg: DictConfig) -> PolicyChecks | None:
+    """The checks of an entry with a ``criterion``; None for one judged by training curves."""
+    study = study_settings(cfg)
+    if "criterion" not in study:
+        return None
+    return PolicyChecks(run_cfg, cfg.evaluation, study.criterion)
+
+
 def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:
-    """Train one cell for the study's env-step budget, write its curve to ``path`` and
-    return its final return."""
+    """Train one cell for its env-step budget, write its curve to ``path`` and return its
+    final return (or success rate). Checks of the policy, where the entry asks for them,
+    add ``check_*`` columns (NaN between checks) and stay out of ``wall_s``."""
     run_cfg, study = cell_config(cfg, cell), study_settings(cfg)
     metric = metric_of(study)
     env = make_env(run_cfg)
+    checks = policy_checks(cfg, run_cfg)
     runner = Runner(env, run_cfg,
                     hooks={"success": SuccessRate(study.success)} if metric == "success" else None)
     iterations = math.ceil(env.max_episode_length / cell.rollout_length)
     windows = {k: EpisodeWindow(iterations) for k in dict.fromkeys(("return", metric))}
+    total = cell_budget(study, cell) // (cell.num_envs * cell.rollout_length)
     rows: list[dict] = []
     start = time.perf_counter()
+    checks_s = 0.0
 
     def record(r: Runner, stats: dict) -> bool:
-        rows.append(curve_row(r, stats, windows, time.perf_counter() - start))
+        nonlocal checks_s
+        row = curve_row(r, stats, windows, time.perf_counter() - start - checks_s)
+        if checks is not None:
+            last = r.iteration >= total
+            t0 = time.perf_counter()
+            result = (checks(r.policy.act_inference, r.env_steps, last)
+                      if checks.due(r.env_steps, last) else {})
+            checks_s += time.perf_counter() - t0
+            row.update({f"check_{k}": result.get(k, math.nan)
+                        for k in (*CHECK_METRICS, "passed", "episodes")})
+        rows.append(row)
         return False
 
     try:
-        runner.learn(int(study.env_steps) // (cell.num_envs * cell.rollout_length),
-                     should_stop=record)
+        runner.learn(total, should_stop=record)
     finally:
         env.close()
+        if checks is not None:
+            checks.close()
     write_curve(path, rows, run_settings(run_cfg))
     return float(rows[-1][metric])
 
@@ -238,9 +336,9 @@ def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:
 def pending_cells(cfg: DictConfig, out_dir: Path) -> list[Cell]:
     """The cells without a finished curve (finished ones must have run the study's budget and
     settings)."""
-    budget = int(study_settings(cfg).env_steps)
+    study = study_settings(cfg)
     return [cell for cell in grid_cells(cfg) if not finished(
-        curve_path(out_dir, cell.name), "env_steps", budget, "env steps",
+        curve_path(out_dir, cell.name), "env_steps", cell_budget(study, cell), "env steps",
         run_settings(cell_config(cfg, cell)))]
 
 
@@ -374,12 +472,110 @@ def write_summary(curves: dict[Cell, dict[str, np.ndarray]], rows: list[dict], o
         + paired_wins(curves, threshold, metric) + "\n" + uniformity_table(rows))
 
 
+# ---------------------------------------------------------------------- policy checks
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""Student's t quantile 0.975 for 1..10 degrees of freedom (95 % two-sided intervals)."""
+
+
+def ci95(values) -> str:
+    """``mean ± half-width`` of a 95 % t interval over seeds (the mean alone for one)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return f"{v.mean():.3g}"
+    t = T_975[min(len(v) - 1, len(T_975)) - 1]
+    return f"{v.mean():.3g} ± {t * v.std(ddof=1) / math.sqrt(len(v)):.2g}"
+
+
+def checks_of(curve: dict[str, np.ndarray]) -> np.ndarray:
+    """Row indices of a curve's policy checks."""
+    return np.flatnonzero(~np.isnan(curve["check_passed"]))
+
+
+def at_criterion(curve: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(env steps, wall s) of the first check that met the criterion; inf if none did (a
+    censored run: it counts as later than any run that got there)."""
+    hit = [i for i in checks_of(curve) if curve["check_passed"][i] == 1.0]
+    if not hit:
+        return math.inf, math.inf
+    return float(curve["env_steps"][hit[0]]), float(curve["wall_s"][hit[0]])
+
+
+def checks_tables(curves: dict[Cell, dict[str, np.ndarray]], study: DictConfig) -> str:
+    """The checks' tables: per (K, N, schedule), seeds at the criterion, env steps and
+    wall-clock to it (95 % intervals; a censored run enters at the budget, marked >=), the
+    final check's means; the same metrics at equal wall-clock (each run's last check within
+    the shortest run's training time at that K and N); seeds ahead of sync, paired."""
+    bounds = dict(study.criterion)
+    shown = ["tracking_error", *(k[4:] for k in bounds if k[4:] != "tracking_error")]
+    groups = by_group_cells(curves)
+    crit = ", ".join(f"{k[4:]} {'>=' if k.startswith('min') else '<='} {v}"
+                     for k, v in bounds.items())
+    head = " | ".join(shown)
+    lines = [f"Criterion of the deterministic-policy checks: {crit}. Intervals: 95 % t over "
+             "seeds; a run that never met the criterion enters at its budget (>=).", "",
+             "At equal env steps:", "",
+             f"| K | N | schedule | at criterion | env steps to it | wall-clock to it (s) | "
+             f"final {head} | phase uniformity mean / lowest |",
+             "|---|---|---|---|---|---|" + "---|" * len(shown) + "---|"]
+    wall_budget = {}
+    for (schedule, k, n), cells in groups.items():
+        runs = [curves[c] for c in cells]
+        wall_budget[k, n] = min(wall_budget.get((k, n), math.inf),
+                                *(float(r["wall_s"][-1]) for r in runs))
+        to = [at_criterion(r) for r in runs]
+        censored = any(math.isinf(s) for s, _ in to)
+        mark = ">= " if censored else ""
+        steps = [s if not math.isinf(s) else float(r["env_steps"][-1]) for (s, _), r in
+                 zip(to, runs, strict=True)]
+        walls = [w if not math.isinf(w) else float(r["wall_s"][-1]) for (_, w), r in
+                 zip(to, runs, strict=True)]
+        final = [ci95([r[f"check_{m}"][checks_of(r)[-1]] for r in runs]) for m in shown]
+        uniformity = [r["phase_uniformity"] for r in runs]
+        lines.append(
+            f"| {k} | {n} | {schedule} | {sum(not math.isinf(s) for s, _ in to)}/{len(runs)} | "
+            f"{mark}{ci95(np.array(steps) / 1e6)}M | {mark}{ci95(walls)} | "
+            + " | ".join(final) + f" | {np.mean([u.mean() for u in uniformity]):.3f} / "
+            f"{min(u.min() for u in uniformity):.3f} |")
+    lines += ["", "At equal wall-clock (the last check within the shortest run's training "
+              "time at that K and N):", "",
+              f"| K | N | schedule | wall-clock (s) | at criterion by then | {head} |",
+              "|---|---|---|---|---|" + "---|" * len(shown)]
+    for (schedule, k, n), cells in groups.items():
+        runs, budget = [curves[c] for c in cells], wall_budget[k, n]
+        last = [max((i for i in checks_of(r) if r["wall_s"][i] <= budget),
+                    default=checks_of(r)[0]) for r in runs]
+        met = sum(at_criterion(r)[1] <= budget for r in runs)
+        lines.append(f"| {k} | {n} | {schedule} | {budget:.0f} | {met}/{len(runs)} | "
+                     + " | ".join(ci95([r[f"check_{m}"][i] for r, i in zip(runs, last,
+                                                                           strict=True)])
+                                  for m in shown) + " |")
+    lines += ["", "Seeds that met the criterion before sync with the same seed (a censored "
+              "run is later than any other; ties are neither):", "",
+              "| K | N | schedule | sooner in env steps | sooner in wall-clock |", "|---|---|---|---|---|"]
+    for (schedule, k, n), cells in groups.items():
+        pairs = [(curves[c], curves[sync]) for c in cells
+                 if schedule != "sync" and (sync := Cell("sync", k, n, c.seed)) in curves]
+        if pairs:
+            won = [sum(at_criterion(a)[j] < at_criterion(b)[j] for a, b in pairs)
+                   for j in (0, 1)]
+            lines.append(f"| {k} | {n} | {schedule} | {won[0]}/{len(pairs)} | "
+                         f"{won[1]}/{len(pairs)} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- figures
-def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]:
-    groups: dict[tuple[str, int, int], list[dict]] = {}
-    for cell in sorted(curves, key=lambda c: c.seed):
-        groups.setdefault(cell.group, []).append(curves[cell])
+def by_group_cells(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[Cell]]:
+    """Cells by (schedule, K, N), ordered by K, N and schedule, seeds in order."""
+    groups: dict[tuple[str, int, int], list[Cell]] = {}
+    order = list(COLORS)
+    for cell in sorted(curves, key=lambda c: (c.rollout_length, c.num_envs,
+                                              order.index(c.schedule), c.seed)):
+        groups.setdefault(cell.group, []).append(cell)
     return groups
+
+
+def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]:
+    return {g: [curves[c] for c in cells] for g, cells in by_group_cells(curves).items()}
 
 
 def plot_metric(curves: dict[Cell, dict], x: str, threshold: float, path: Path,
@@ -505,15 +701,23 @@ def plot_scaling(rows: list[dict], path: Path, metric: str = "return") -> None:
 
 
 def report(cfg: DictConfig, out_dir: Path) -> None:
-    """Summary tables and figures from every curve of this study in ``out_dir``."""
+    """Summary tables and figures from the finished curves of this study in ``out_dir`` (a
+    grid still running is summarized as far as it got)."""
     import matplotlib
 
     matplotlib.use("Agg")
     study = study_settings(cfg)
     threshold, metric = float(study.threshold), metric_of(study)
-    curves = {c: read_csv(curve_path(out_dir, c.name)) for c in grid_cells(cfg)}
+    curves = {c: read_csv(path) for c in grid_cells(cfg)
+              if (path := curve_path(out_dir, c.name)).exists()}
+    if not curves:
+        print(f"no finished runs in {out_dir} yet")
+        return
     rows = summarize(curves, threshold, metric)
-    write_summary(curves, rows, out_dir, threshold, int(study.env_steps), metric)
+    budget = max(cell_budget(study, c) for c in curves)
+    write_summary(curves, rows, out_dir, threshold, budget, metric)
+    if "criterion" in study:
+        (out_dir / "checks.md").write_text(checks_tables(curves, study))
     for x, name in (("env_steps", "env_steps"), ("wall_s", "wall_clock")):
         plot_metric(curves, x, threshold, out_dir / f"{metric}_vs_{name}.png", metric)
     plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")

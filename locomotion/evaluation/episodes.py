@@ -22,7 +22,8 @@ def evaluate_episodes(env: LocomotionEnv, act: Callable[[torch.Tensor], torch.Te
     ``act`` maps policy observations to actions (deterministic for evaluation);
     ``on_step`` is called after every step (e.g. to render a frame).
     Metrics: ``survival`` (share of episodes reaching the time-out), ``tracking_error``
-    (m/s, planar, per-episode mean), ``yaw_error`` (rad/s), ``distance`` (m), ``return``.
+    (m/s, planar, per-episode mean), ``yaw_error`` (rad/s), ``distance`` (m), ``return``,
+    and with gait commands ``gait_match`` (share of foot contacts on the gait schedule).
     """
     obs = env.reset()
     n = env.num_envs
@@ -43,6 +44,7 @@ def evaluate_episodes(env: LocomotionEnv, act: Callable[[torch.Tensor], torch.Te
             break
     if not recorded.all():
         raise RuntimeError("some envs did not finish an episode within the horizon")
+    gait = {"gait_match": float(sums["gait_match"].mean())} if "gait_match" in sums else {}
     return {
         "survival": float(sums["timeout"].mean()),
         "tracking_error": float(sums["lin_vel_error"].mean()),
@@ -50,6 +52,7 @@ def evaluate_episodes(env: LocomotionEnv, act: Callable[[torch.Tensor], torch.Te
         "distance": float(sums["distance"].mean()),
         "return": float(sums["return"].mean()),
         "episodes": float(n),
+        **gait,
     }
 
 

@@ -95,3 +95,91 @@ def test_phase_locked_runs_on_the_gait_task_and_keeps_its_stagger(tmp_path):
     assert (tmp_path / "summary.csv").read_text().splitlines()[0].endswith(
         "phase_uniformity_mean,phase_uniformity_min")
     assert (tmp_path / "success_vs_env_steps.png").stat().st_size > 0
+
+
+def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
+    """The core grid is N = 4096, K = 8, five seeds and the four schedules on all three
+    tasks, at one budget that divides into N * K for every K of the rollout entry; the
+    fixed-update entry's budget grows with N; a schedule-warmup name sets both."""
+    for entry, task in (("flat_core", "flat_velocity"), ("gaits_core", "gaits"),
+                        ("no_termination_core", "flat_velocity")):
+        cfg = load_config("stagger_study", [f"task={task}", f"entry={entry}"])
+        cells = study.grid_cells(cfg)
+        assert {(c.rollout_length, c.num_envs) for c in cells} == {(8, 4096)}
+        assert sorted({c.seed for c in cells}) == [0, 1, 2, 3, 4]
+        assert {c.schedule for c in cells} == {"sync", "random_counter", "staggered",
+                                               "phase_locked"}
+        assert "max_tracking_error" in cfg.study[entry].criterion
+    rollout = load_config("stagger_study", ["task=flat_velocity", "entry=flat_rollout"])
+    assert {c.rollout_length for c in study.grid_cells(rollout)} == {4, 24}
+    envs = load_config("stagger_study", ["task=flat_velocity", "entry=flat_num_envs"])
+    budgets = {c.num_envs: study.cell_budget(envs.study.flat_num_envs, c)
+               for c in study.grid_cells(envs)}
+    assert budgets == {1024: 45 * 1024 * 8, 16384: 45 * 16384 * 8}
+    warmup = load_config("stagger_study", ["task=flat_velocity", "entry=flat_warmup"])
+    reset = study.cell_config(warmup, study.Cell("staggered-policy", 8, 4096, 0)).reset
+    assert (reset.schedule, reset.warmup) == ("staggered", "policy")
+
+
+def test_policy_checks_refuse_an_unknown_bound():
+    cfg = load_config("stagger_study", ["task=flat_velocity", "entry=flat_core"])
+    with pytest.raises(ValueError, match="unknown criterion bounds.*min_ or max_ of"):
+        study.PolicyChecks(cfg, cfg.evaluation, {"min_speed": 1.0})
+
+
+@pytest.mark.slow
+def test_checked_cells_write_checks_and_the_tables_compare_them(tmp_path):
+    """A tiny no-termination grid with policy checks: checks every other iteration and at
+    the end with more episodes, falls counted (a robot that may tilt 0.05 rad falls), the
+    wall-clock leaves the checks out, and checks.md has the three tables."""
+    entry = "study.no_termination_core"
+    cfg = load_config("stagger_study", [
+        "task=flat_velocity", "entry=no_termination_core", "grid.schedules=[sync,phase_locked]",
+        f"{entry}.seeds=[0,1]", f"{entry}.num_envs=[8]", f"{entry}.env_steps=192",
+        "evaluation.every=128", "evaluation.envs=4", "evaluation.final_envs=8",
+        "evaluation.fall_tilt=0.05", "task.episode_length_s=0.4",
+        "algo.policy.init_noise_std=2.0", f"out_dir={tmp_path}", *TINY_POLICY])
+    ran = study.run_grid(cfg, tmp_path)
+    assert len(ran) == 4
+    curve = read_csv(tmp_path / "curves" / "phase_locked_K8_N8_s1.csv")
+    assert curve["env_steps"].tolist() == [64, 128, 192]
+    assert np.isnan(curve["check_passed"][0])
+    assert curve["check_episodes"][1:].tolist() == [4, 8]
+    assert curve["check_survival"][1:].tolist() == [1.0, 1.0]   # no terminations
+    assert curve["check_no_fall"][-1] < 1.0                        # but falls
+    assert (curve["check_passed"][1:] == 0).all()                 # so never at the criterion
+    study.report(cfg, tmp_path)
+    tables = (tmp_path / "checks.md").read_text()
+    assert "tracking_error <= 0.15, no_fall >= 0.95" in tables
+    assert "| 8 | 8 | phase_locked | 0/2 | >= 0.000192 ± 0M |" in tables
+    assert "At equal wall-clock" in tables
+    assert "| 8 | 8 | phase_locked | 0/2 | 0/2 |" in tables
+
+
+def test_checks_tables_count_censored_runs_as_later():
+    def curve(passed_at: int | None, wall: float) -> dict[str, np.ndarray]:
+        passed = np.full(4, np.nan)
+        passed[1::2] = 0.0
+        if passed_at is not None:
+            passed[passed_at] = 1.0
+        return {"env_steps": np.array([1.0, 2.0, 3.0, 4.0]) * 1e6,
+                "wall_s": np.array([1.0, 2.0, 3.0, 4.0]) * wall,
+                "check_passed": passed, "check_tracking_error": np.where(np.isnan(passed),
+                                                                         np.nan, 0.1),
+                "check_survival": np.where(np.isnan(passed), np.nan, 0.97),
+                "phase_uniformity": np.ones(4)}
+
+    curves = {study.Cell("sync", 8, 4096, 0): curve(3, 10.0),
+              study.Cell("sync", 8, 4096, 1): curve(None, 10.0),
+              study.Cell("staggered", 8, 4096, 0): curve(1, 11.0),
+              study.Cell("staggered", 8, 4096, 1): curve(3, 11.0)}
+    study_cfg = load_config("stagger_study", ["task=flat_velocity",
+                                              "entry=flat_core"]).study.flat_core
+    tables = study.checks_tables(curves, study_cfg)
+    # sync: 4M and >= 4M (censored); staggered: 2M and 4M
+    assert "| 8 | 4096 | sync | 1/2 | >= 4 ± 0M |" in tables
+    assert "| 8 | 4096 | staggered | 2/2 | 3 ± 13M |" in tables
+    # equal wall-clock: 40 s, the shortest run; staggered's 4M check came at 44 s
+    assert "| 8 | 4096 | staggered | 40 | 1/2 |" in tables
+    # paired: seed 0 sooner (2M against 4M), seed 1 sooner than a censored sync run
+    assert "| 8 | 4096 | staggered | 2/2 | 2/2 |" in tables
