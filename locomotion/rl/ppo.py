@@ -2,14 +2,14 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from locomotion.config_checks import ConfigError
 from locomotion.rl.actor_critic import ActorCritic
-from locomotion.rl.storage import RolloutStorage
+from locomotion.rl.storage import MiniBatch, RolloutStorage
 
 SCHEDULES = ("adaptive", "fixed")
 ADVANTAGE_NORMALIZATIONS = ("batch", "mini_batch", "none")
@@ -57,6 +57,30 @@ def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean_new: Tensor, std_new: Te
     return kl.sum(-1)
 
 
+class Mirror(Protocol):
+    """A left-right mirror of observation groups and actions (``locomotion.tasks.symmetry``)."""
+
+    def observations(self, group: str, x: Tensor) -> Tensor: ...
+    def actions(self, x: Tensor) -> Tensor: ...
+
+
+def with_mirror(batch: MiniBatch, mirror: Mirror) -> MiniBatch:
+    """The mini-batch followed by its mirror image (symmetry augmentation): mirrored
+    observations, actions and rollout-policy means and stds, the same advantages, returns,
+    values and log-probabilities (a Gaussian's density is unchanged by the mirror)."""
+    def both(x: Tensor, mirrored: Tensor | None = None) -> Tensor:
+        return torch.cat((x, x if mirrored is None else mirrored))
+
+    return MiniBatch(
+        obs=both(batch.obs, mirror.observations("policy", batch.obs)),
+        critic_obs=both(batch.critic_obs, mirror.observations("critic", batch.critic_obs)),
+        actions=both(batch.actions, mirror.actions(batch.actions)),
+        values=both(batch.values), returns=both(batch.returns),
+        advantages=both(batch.advantages), log_probs=both(batch.log_probs),
+        action_mean=both(batch.action_mean, mirror.actions(batch.action_mean)),
+        action_std=both(batch.action_std, mirror.actions(batch.action_std).abs()))
+
+
 class PPO:
     """Updates an ``ActorCritic`` from a filled ``RolloutStorage``.
 
@@ -65,7 +89,9 @@ class PPO:
     so every rank adapts its learning rate identically. With ``kl_with_grads`` the KL
     instead travels with the gradients: ``grad_reduce`` receives them followed by a
     1-element KL tensor, so one collective per step serves both. Steps whose loss or
-    (reduced) gradient norm is non-finite are skipped and counted.
+    (reduced) gradient norm is non-finite are skipped and counted. With a ``mirror`` every
+    mini-batch is learned together with its left-right mirror image (twice the samples per
+    step, none of them simulated).
     """
 
     def __init__(
@@ -77,6 +103,7 @@ class PPO:
         kl_reduce: Callable[[Tensor], None] | None = None,
         kl_with_grads: bool = False,
         generator: torch.Generator | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         """Create the Adam optimizer; ``generator`` (CPU) seeds mini-batch shuffling."""
         if kl_with_grads and (grad_reduce is None or kl_reduce is not None):
@@ -88,6 +115,7 @@ class PPO:
         self.kl_reduce = kl_reduce
         self.kl_with_grads = kl_with_grads
         self.generator = generator
+        self.mirror = mirror
         self.learning_rate = self.config.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate)
 
@@ -137,6 +165,8 @@ class PPO:
             normalize_advantages=cfg.advantage_normalization == "mini_batch",
         )
         for batch in batches:
+            if self.mirror is not None:
+                batch = with_mirror(batch, self.mirror)
             dist = self.policy.distribution(batch.obs)
             log_prob = dist.log_prob(batch.actions).sum(-1)
             entropy = dist.entropy().sum(-1).mean()

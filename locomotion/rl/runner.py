@@ -49,6 +49,7 @@ from locomotion.rl.training_log import TrainingLog
 from locomotion.robots import resolve_policy_path
 from locomotion.sim.threads import ThreadPlan
 from locomotion.tasks import make_env
+from locomotion.tasks.symmetry import Mirror
 
 SIGN_OF_LIFE_S = 10.0  # seconds without a line that a run never goes when not on a terminal
 
@@ -181,7 +182,8 @@ class Runner:
         self.ppo = PPO(self.policy, PPOConfig(**algo.ppo),
                        grad_reduce=dist.reduce_gradients if dist else None,
                        kl_with_grads=dist is not None,  # one all-reduce per step
-                       generator=torch.Generator().manual_seed(int(cfg.seed)))
+                       generator=torch.Generator().manual_seed(int(cfg.seed)),
+                       mirror=env_mirror(env) if algo.get("symmetry") else None)
         self.num_steps = int(algo.num_steps)
         self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
                                       sizes["critic"], env.num_actions, device=env.device)
@@ -650,6 +652,12 @@ class EpisodeTally:
         out = {k: s / e for k, s, e in zip(keys, sums, elements, strict=True)}
         out["count"] = float(count)
         return out
+
+
+def env_mirror(env: LocomotionEnv) -> Mirror:
+    """The left-right mirror of ``env``'s observation groups and actions (``algo.symmetry``)."""
+    layout = env.task.observation_layout(env.task.world(env.sim), env.actions)
+    return Mirror(env.spec, layout, device=env.device)
 
 
 @contextlib.contextmanager

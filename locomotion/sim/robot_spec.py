@@ -3,6 +3,10 @@
 A spec is a YAML file beside the MJCF (``robots/<name>/spec.yaml``). Per-joint values are
 given as ``{regex: value}`` maps, resolved against the joint list; every joint must match
 exactly one pattern so that a typo cannot silently leave a joint at zero.
+
+An optional ``mirror`` gives the robot's left-right symmetry (symmetry augmentation):
+``swap`` names pairs of name parts that trade places (``{FR_: FL_}``) and ``negate`` a regex
+of the joints whose angle changes sign in the mirror (hip abduction).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -42,15 +47,41 @@ class RobotSpec:
     feet: tuple[str, ...]
     terminate_contacts: tuple[str, ...]
     undesired_contacts: tuple[str, ...] = field(default_factory=tuple)
+    mirror_swap: tuple[tuple[str, str], ...] = ()   # the spec's mirror (empty: none)
+    mirror_negate: str = "$^"
 
     @property
     def num_actions(self) -> int:
         return len(self.actuators)
 
+    @cached_property
+    def mirror_joints(self) -> tuple[int, ...]:
+        """Left-right mirror: joint i's mirror is joint ``mirror_joints[i]`` times
+        ``mirror_signs[i]``; empty where the spec gives no mirror."""
+        if not self.mirror_swap:
+            return ()
+        out = mirrored_names(self.joints, dict(self.mirror_swap), "joint")
+        if any(abs(self.default_pose[m] * sign - q) > 1e-9
+               for m, sign, q in zip(out, self.mirror_signs, self.default_pose, strict=True)):
+            raise RobotSpecError(f"mirror: the default pose {dict(zip(self.joints, self.default_pose))}"
+                                 " is not its own mirror; check swap and negate")
+        return out
+
+    @property
+    def mirror_signs(self) -> tuple[float, ...]:
+        return tuple(-1.0 if re.fullmatch(self.mirror_negate, j) else 1.0 for j in self.joints)
+
+    @cached_property
+    def mirror_feet(self) -> tuple[int, ...]:
+        """Foot i's mirror is foot ``mirror_feet[i]``."""
+        return mirrored_names(self.feet, dict(self.mirror_swap), "foot") if self.mirror_swap \
+            else ()
+
 
 _REQUIRED = ("name", "mjcf", "base_body", "joints", "default_pose", "action_scale",
              "init_height", "feet", "terminate_contacts")
-_KNOWN = tuple(f.name for f in fields(RobotSpec))
+_KNOWN = (*(f.name for f in fields(RobotSpec) if not f.name.startswith("mirror_")), "mirror")
+# (mirror: {swap: {part: part}, negate: regex} fills mirror_swap and mirror_negate)
 
 
 def available_robots() -> list[str]:
@@ -116,6 +147,11 @@ def parse_robot_spec(raw: dict, spec_dir: Path) -> RobotSpec:
     def per_joint(key: str) -> tuple[float, ...]:
         return resolve_patterns(raw[key], joints, key) if key in raw else ()
 
+    mirror = raw.get("mirror") or {}
+    unknown_mirror = sorted(set(mirror) - {"swap", "negate"})
+    if unknown_mirror:
+        raise RobotSpecError(f"unknown mirror keys {unknown_mirror}; valid: ['negate', 'swap']")
+
     return RobotSpec(
         name=str(raw["name"]),
         mjcf=resolve_mjcf(str(raw["mjcf"]), spec_dir),
@@ -132,7 +168,26 @@ def parse_robot_spec(raw: dict, spec_dir: Path) -> RobotSpec:
         feet=tuple(raw["feet"]),
         terminate_contacts=tuple(raw["terminate_contacts"]),
         undesired_contacts=tuple(raw.get("undesired_contacts", ())),
+        mirror_swap=tuple((str(a), str(b)) for a, b in dict(mirror.get("swap", {})).items()),
+        mirror_negate=str(mirror.get("negate", "$^")),
     )
+
+
+def mirrored_names(names: tuple[str, ...], swap: dict[str, str], what: str) -> tuple[int, ...]:
+    """Index of each name's mirror: the name with one ``swap`` part traded for its partner
+    (either way); a name without one is its own mirror (a joint on the body's midline)."""
+    pairs = {**swap, **{b: a for a, b in swap.items()}}
+    out = []
+    for name in names:
+        parts = [p for p in pairs if p in name]
+        if len(parts) > 1:
+            raise RobotSpecError(f"mirror: {what} {name!r} holds several swap parts {parts}")
+        mirror = name.replace(parts[0], pairs[parts[0]]) if parts else name
+        if mirror not in names:
+            raise RobotSpecError(f"mirror: {what} {name!r} mirrors to {mirror!r}, which is not "
+                                 f"one of {list(names)}")
+        out.append(names.index(mirror))
+    return tuple(out)
 
 
 def resolve_patterns(patterns: dict, names: tuple[str, ...], what: str) -> tuple[float, ...]:
