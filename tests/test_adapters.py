@@ -344,8 +344,9 @@ def test_a_second_reset_skips_the_warm_up():
 
 
 # ---------------------------------------------------------------------- Stable-Baselines3
-def test_sb3_ppo_trains_through_the_adapter():
+def test_sb3_ppo_trains_through_the_adapter(tmp_path, monkeypatch):
     pytest.importorskip("stable_baselines3")
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # SB3 makes its log folder there
     from stable_baselines3 import PPO
 
     from locomotion.envs.sb3_adapter import Sb3VecEnv

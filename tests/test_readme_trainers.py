@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -31,7 +32,8 @@ def test_the_section_has_an_example_per_trainer():
 @pytest.mark.parametrize("trainer", ["stable_baselines3", "gymnasium", "rsl_rl"])
 def test_readme_example_runs(trainer, tmp_path):
     pytest.importorskip(trainer)
-    run = subprocess.run([sys.executable, "-c", examples()[trainer]], cwd=tmp_path,
+    env = {**os.environ, "SB3_LOGDIR": str(tmp_path / "sb3")}  # not a folder in the temp dir
+    run = subprocess.run([sys.executable, "-c", examples()[trainer]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "Traceback" not in run.stderr
