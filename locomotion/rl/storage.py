@@ -1,5 +1,6 @@
 """Fixed-size on-policy rollout buffer with GAE and mini-batch sampling."""
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -66,21 +67,27 @@ class RolloutStorage:
         self.device = torch.device(device)
         self.step = 0
 
-        def zeros(*trailing: int) -> Tensor:
-            return torch.zeros(num_steps, num_envs, *trailing, device=self.device)
+        # Every field is a column block of one [num_steps, num_envs, width] buffer, so a
+        # mini-batch is one row gather of the buffer instead of one gather per field.
+        shapes = {"obs": _shape(obs_shape), "critic_obs": _shape(critic_obs_shape),
+                  "actions": _shape(action_shape), "action_mean": _shape(action_shape),
+                  "action_std": _shape(action_shape)}
+        shapes.update(dict.fromkeys(
+            ("rewards", "dones", "values", "log_probs", "returns", "advantages"), ()))
+        widths = {name: math.prod(shape) for name, shape in shapes.items()}
+        self._buffer = torch.zeros(num_steps, num_envs, sum(widths.values()),
+                                   device=self.device)
+        self._columns: dict[str, tuple[slice, tuple[int, ...]]] = {}
+        start = 0
+        for name, shape in shapes.items():
+            self._columns[name] = (slice(start, start + widths[name]), shape)
+            setattr(self, name, self._field(self._buffer, name))
+            start += widths[name]
 
-        action_shape = _shape(action_shape)
-        self.obs = zeros(*_shape(obs_shape))
-        self.critic_obs = zeros(*_shape(critic_obs_shape))
-        self.actions = zeros(*action_shape)
-        self.action_mean = zeros(*action_shape)
-        self.action_std = zeros(*action_shape)
-        self.rewards = zeros()
-        self.dones = zeros()
-        self.values = zeros()
-        self.log_probs = zeros()
-        self.returns = zeros()
-        self.advantages = zeros()
+    def _field(self, rows: Tensor, name: str) -> Tensor:
+        """The view of field ``name`` in ``rows`` (the buffer or rows gathered from it)."""
+        columns, shape = self._columns[name]
+        return rows[..., columns].unflatten(-1, shape) if shape else rows[..., columns.start]
 
     def add(
         self,
@@ -153,11 +160,13 @@ class RolloutStorage:
         mini-batch's advantages are whitened on their own.
         """
         batch_size = self.num_steps * self.num_envs
-        flat = {name: getattr(self, name).flatten(0, 1) for name in MiniBatch.__dataclass_fields__}
+        flat = self._buffer.flatten(0, 1)
         for _ in range(num_epochs):
             perm = torch.randperm(batch_size, generator=generator).to(self.device)
             for idx in perm.tensor_split(num_mini_batches):
-                batch = MiniBatch(**{name: x[idx] for name, x in flat.items()})
+                rows = flat.index_select(0, idx)
+                batch = MiniBatch(**{name: self._field(rows, name)
+                                     for name in MiniBatch.__dataclass_fields__})
                 if normalize_advantages:
                     batch.advantages = normalize(batch.advantages)
                 yield batch
