@@ -2,7 +2,8 @@
 
 Every run is ``scripts/benchmark_train.py`` with a variant's overrides and a seed: the
 deterministic policy is checked every 25 iterations, and the run stops at the first check
-that walks (tracking error <= 0.15 m/s, survival >= 95 %). With ``jobs=2`` two runs train at
+that walks (tracking error <= 0.15 m/s, survival >= 95 %), or unwalked (censored) at the
+first check past ``max_env_steps``. With ``jobs=2`` two runs train at
 once, each pinned to a core, so the env-step counts compare across variants and the
 wall-clock compares between runs that trained side by side (not with a run that had the
 whole machine). Results: ``<out_dir>/runs/<variant>_s<seed>.json`` (the script's result, a
@@ -44,10 +45,11 @@ def result_path(out_dir: Path, variant: str, seed: int) -> Path:
     return out_dir / "runs" / f"{variant}_s{seed}.json"
 
 
-def train(job: tuple[str, list[str], int, Path, Path]) -> tuple[str, int, dict]:
+def train(job: tuple[str, list[str], int, int, Path, Path]) -> tuple[str, int, dict]:
     """One run of scripts/benchmark_train.py; its result, with the overrides, to a JSON."""
-    variant, overrides, seed, out_dir, runs_dir = job
-    args = [*overrides, f"seed={seed}", f"hydra.run.dir={runs_dir / f'{variant}_s{seed}'}"]
+    variant, overrides, seed, max_env_steps, out_dir, runs_dir = job
+    args = [*overrides, f"seed={seed}", f"max_env_steps={max_env_steps}",
+            f"hydra.run.dir={runs_dir / f'{variant}_s{seed}'}"]
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_train.py"), *args],
                           cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -61,7 +63,7 @@ def train(job: tuple[str, list[str], int, Path, Path]) -> tuple[str, int, dict]:
 
 
 def run_ablation(cfg: DictConfig, out_dir: Path, runs_dir: Path) -> None:
-    work = [(v, list(cfg.variants[v]), int(s), out_dir, runs_dir)
+    work = [(v, list(cfg.variants[v]), int(s), int(cfg.max_env_steps), out_dir, runs_dir)
             for s in cfg.seeds for v in selected(cfg)
             if not result_path(out_dir, v, int(s)).exists()]
     for variant, seed, result in run_jobs(train, work, int(cfg.jobs)):

@@ -5,7 +5,8 @@ Every ``eval_every`` iterations the deterministic policy runs one full episode i
 policy walks when the mean planar tracking error is <= 0.15 m/s and >= 95 % of episodes
 reach the time-out, on the nominal robot (``eval_randomization``) whatever the training
 randomizes; the run stops there (or, with ``stop_at_walk=false``, trains on to
-``max_iterations`` and still reports the first walk). Wall-clock counts env construction,
+``max_iterations`` and still reports the first walk), or at the first check past
+``max_wall_s`` or ``max_env_steps`` without a walk. Wall-clock counts env construction,
 the staggered warm-up and training, not the walk checks. Writes ``curve.csv`` in the run
 folder; the last line printed is one JSON object.
 
@@ -69,7 +70,9 @@ def main(cfg: DictConfig) -> None:
                       "tracking_error": metrics["tracking_error"],
                       "survival": metrics["survival"]}
         result["final"] = metrics
-        return (result["walked"] and cfg.stop_at_walk) or wall > cfg.max_wall_s
+        out_of_budget = wall > cfg.max_wall_s or (
+            cfg.max_env_steps is not None and r.env_steps >= cfg.max_env_steps)
+        return (result["walked"] and cfg.stop_at_walk) or out_of_budget
 
     try:
         runner.learn(int(cfg.max_iterations), should_stop=check)

@@ -109,21 +109,24 @@ def test_multitask_study_commands_write_their_summary_and_figures(tmp_path):
 @pytest.mark.subprocess
 def test_walk_ablation_command_trains_each_variant_and_tables_them(tmp_path):
     """Two variants, one seed each, through scripts/benchmark_train.py at a tiny budget (the
-    walk criterion cannot be met: both "never"); a second call skips the finished runs."""
+    walk criterion cannot be met: both "never", stopped by max_env_steps after 2 of 50
+    iterations); a second call skips the finished runs."""
     out = tmp_path / "out"
-    tiny = ["max_iterations=2", "num_envs=16", "algo.num_steps=8", "eval_every=1",
+    tiny = ["max_iterations=50", "num_envs=16", "algo.num_steps=8", "eval_every=1",
             "eval_envs=4", "task.episode_length_s=0.1", *TINY_POLICY]
     args = [f"variants.default={tiny}",
             f"+variants.tiny_lr={[*tiny, 'algo.ppo.learning_rate=1e-4']}",
-            "run=[default,tiny_lr]", "seeds=[0]", "jobs=1", f"out_dir={out}",
+            "run=[default,tiny_lr]", "seeds=[0]", "jobs=1", "max_env_steps=256", f"out_dir={out}",
             f"runs_dir={tmp_path / 'runs'}"]
     result = run_module("walk_ablation", *args, tmp_path=tmp_path)
     assert "default seed 0: did not walk" in result.stdout
     summary = (out / "summary.md").read_text()
     assert "| variant | overrides | env steps to walk (per seed) | median |" in summary
     assert "| tiny_lr | " in summary and "s0:never | inf" in summary
-    assert json.loads((out / "runs" / "tiny_lr_s0.json").read_text())["overrides"][-1] == \
-        "algo.ppo.learning_rate=1e-4"
+    tiny_lr = json.loads((out / "runs" / "tiny_lr_s0.json").read_text())
+    assert tiny_lr["overrides"][-1] == "algo.ppo.learning_rate=1e-4"
+    checks = (Path(tiny_lr["run_dir"]) / "curve.csv").read_text().splitlines()
+    assert [row.split(",")[1] for row in checks[1:]] == ["128", "256"]  # env steps
     again = run_module("walk_ablation", *args, tmp_path=tmp_path)
     assert "did not walk" not in again.stdout
 
