@@ -56,6 +56,9 @@ def train(job: tuple[str, list[str], int, int, Path, Path]) -> tuple[str, int, d
         raise RuntimeError(f"{variant} seed {seed} failed:\n{done.stderr[-2000:]}")
     result = {**json.loads(done.stdout.strip().splitlines()[-1]), "variant": variant,
               "seed": seed, "overrides": list(overrides)}
+    run_dir = Path(result["run_dir"])
+    if run_dir.is_relative_to(ROOT):  # results name the checkout's folders relative to it
+        result["run_dir"] = str(run_dir.relative_to(ROOT))
     path = result_path(out_dir, variant, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
