@@ -262,7 +262,7 @@ def test_inference_policy_exports_and_matches_actor() -> None:
 
 
 def test_unknown_activation_raises() -> None:
-    with pytest.raises(ValueError, match="elu, relu, selu, tanh"):
+    with pytest.raises(ValueError, match="elu, relu, selu, silu, tanh"):
         ActorCritic(3, 1, activation="swish")
 
 

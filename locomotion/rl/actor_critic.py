@@ -17,6 +17,7 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "elu": nn.ELU,
     "relu": nn.ReLU,
     "selu": nn.SELU,
+    "silu": nn.SiLU,
     "tanh": nn.Tanh,
 }
 
