@@ -73,6 +73,11 @@ def run_settings(cfg: DictConfig) -> dict:
     return json.loads(json.dumps(values))
 
 
+# Settings the package gained after runs were kept, each with the value under which it
+# changes nothing: a run saved without the key matches that value only.
+ADDED_SETTINGS = {"algo.symmetry": False}
+
+
 def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     """The dotted keys whose values differ between two ``run_settings``, down to the
     leaves, so an error can say which setting changed (``multitask.noise``)."""
@@ -81,8 +86,11 @@ def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
         a, b = saved.get(k), wanted.get(k)
         if isinstance(a, dict) and isinstance(b, dict):
             changed += changed_settings(a, b, f"{prefix}{k}.")
-        elif a != b:
-            changed.append(f"{prefix}{k}")
+            continue
+        key = f"{prefix}{k}"
+        added_later = k not in saved and key in ADDED_SETTINGS and ADDED_SETTINGS[key] == b
+        if a != b and not added_later:
+            changed.append(key)
     return changed
 
 

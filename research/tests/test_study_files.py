@@ -61,6 +61,12 @@ def test_a_gzipped_curve_is_a_finished_run_with_its_settings(tmp_path):
         finished(path, "env_steps", 20, "env steps", {"seed": 0, "algo": {"gamma": 0.9}})
     with pytest.raises(ValueError, match="ran 20 env steps, the study asks 30"):
         finished(path, "env_steps", 30, "env steps", settings)
+    # a setting added since matches a run saved without it at its do-nothing value only
+    assert finished(path, "env_steps", 20, "env steps",
+                    {"seed": 0, "algo": {"gamma": 0.99, "symmetry": False}})
+    with pytest.raises(ValueError, match=r"other \['algo.symmetry'\]"):
+        finished(path, "env_steps", 20, "env steps",
+                 {"seed": 0, "algo": {"gamma": 0.99, "symmetry": True}})
 
 
 def test_write_csv_gzips_where_the_name_says_so(tmp_path):
