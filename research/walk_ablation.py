@@ -45,10 +45,11 @@ def result_path(out_dir: Path, variant: str, seed: int) -> Path:
     return out_dir / "runs" / f"{variant}_s{seed}.json"
 
 
-def train(job: tuple[str, list[str], int, int, Path, Path]) -> tuple[str, int, dict]:
+def train(job: tuple[str, list[str], int, int | None, Path, Path]) -> tuple[str, int, dict]:
     """One run of scripts/benchmark_train.py; its result, with the overrides, to a JSON."""
     variant, overrides, seed, max_env_steps, out_dir, runs_dir = job
-    args = [*overrides, f"seed={seed}", f"max_env_steps={max_env_steps}",
+    cap = "null" if max_env_steps is None else max_env_steps
+    args = [*overrides, f"seed={seed}", f"max_env_steps={cap}",
             f"hydra.run.dir={runs_dir / f'{variant}_s{seed}'}"]
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_train.py"), *args],
                           cwd=ROOT, capture_output=True, text=True)
@@ -66,7 +67,8 @@ def train(job: tuple[str, list[str], int, int, Path, Path]) -> tuple[str, int, d
 
 
 def run_ablation(cfg: DictConfig, out_dir: Path, runs_dir: Path) -> None:
-    work = [(v, list(cfg.variants[v]), int(s), int(cfg.max_env_steps), out_dir, runs_dir)
+    cap = None if cfg.max_env_steps is None else int(cfg.max_env_steps)
+    work = [(v, list(cfg.variants[v]), int(s), cap, out_dir, runs_dir)
             for s in cfg.seeds for v in selected(cfg)
             if not result_path(out_dir, v, int(s)).exists()]
     for variant, seed, result in run_jobs(train, work, int(cfg.jobs)):
