@@ -551,7 +551,8 @@ def checks_tables(curves: dict[Cell, dict[str, np.ndarray]], study: DictConfig) 
                                   for m in shown) + " |")
     lines += ["", "Seeds that met the criterion before sync with the same seed (a censored "
               "run is later than any other; ties are neither):", "",
-              "| K | N | schedule | sooner in env steps | sooner in wall-clock |", "|---|---|---|---|---|"]
+              "| K | N | schedule | sooner in env steps | sooner in wall-clock |",
+              "|---|---|---|---|---|"]
     for (schedule, k, n), cells in groups.items():
         pairs = [(curves[c], curves[sync]) for c in cells
                  if schedule != "sync" and (sync := Cell("sync", k, n, c.seed)) in curves]

@@ -37,10 +37,10 @@ def test_a_mirror_that_does_not_fit_the_robot_is_refused():
     spec_dir = load_robot_spec("go1").mjcf.parent
     assert parse_robot_spec(raw_spec(), spec_dir).mirror_joints == (1, 0)
     with pytest.raises(RobotSpecError, match="default pose .* is not its own mirror"):
-        parse_robot_spec(raw_spec(default_pose={"L_hip": 0.1, "R_hip": 0.1}),
-                         spec_dir).mirror_joints
+        _ = parse_robot_spec(raw_spec(default_pose={"L_hip": 0.1, "R_hip": 0.1}),
+                             spec_dir).mirror_joints
     with pytest.raises(RobotSpecError, match="'L_hip' mirrors to 'X_hip', which is not one of"):
-        parse_robot_spec(raw_spec(mirror={"swap": {"L_": "X_"}}), spec_dir).mirror_joints
+        _ = parse_robot_spec(raw_spec(mirror={"swap": {"L_": "X_"}}), spec_dir).mirror_joints
     with pytest.raises(RobotSpecError, match=r"unknown mirror keys \['flip'\]"):
         parse_robot_spec(raw_spec(mirror={"flip": ".*"}), spec_dir)
 
@@ -51,7 +51,7 @@ def mirror_state(qpos: torch.Tensor, qvel: torch.Tensor, joint_qpos, joint_qvel,
                                                                 dtype=qpos.dtype)
     q, v = qpos.clone(), qvel.clone()
     q[:, 1] *= -1                                         # y
-    q[:, 4] *= -1                                         # quaternion (w, x, y, z) -> (w, -x, y, -z)
+    q[:, 4] *= -1                                         # quaternion -> (w, -x, y, -z)
     q[:, 6] *= -1
     v[:, 1] *= -1                                         # world linear velocity y
     v[:, 3] *= -1                                         # body angular velocity x and z
@@ -92,8 +92,9 @@ def test_the_mirrored_robot_observes_the_mirror_of_what_the_robot_observes(make_
         obs, *_ = env.step(torch.cat((a, mirror.actions(a))))
         for group in ("policy", "critic"):
             x = obs[group]
+            where = f"{group}, step {step}"
             torch.testing.assert_close(x[1:], mirror.observations(group, x[:1]), atol=0.02,
-                                       rtol=0.0, msg=lambda m: f"{group}, step {step}: {m}")
+                                       rtol=0.0, msg=lambda m, where=where: f"{where}: {m}")
             wrong = (x[1:] - x[:1]).abs()  # what no mirror at all would be off by
             assert wrong.max() > 0.3
 
@@ -117,8 +118,8 @@ def test_ppo_learns_each_mini_batch_with_its_mirror_image(make_env):
     torch.testing.assert_close(both.obs[:n], batch.obs)
     torch.testing.assert_close(both.advantages[n:], batch.advantages)
     assert (both.action_std > 0).all()
-    twice = with_mirror(MiniBatch(**{k: getattr(both, k)[n:] for k in MiniBatch.__dataclass_fields__}),
-                        mirror)
+    mirrored = {k: getattr(both, k)[n:] for k in MiniBatch.__dataclass_fields__}
+    twice = with_mirror(MiniBatch(**mirrored), mirror)
     for k in ("obs", "critic_obs", "actions", "action_mean", "action_std"):
         torch.testing.assert_close(getattr(twice, k)[n:], getattr(batch, k))
     # a Gaussian's log-density is the same at the mirrored action under the mirrored policy

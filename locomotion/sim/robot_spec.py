@@ -63,8 +63,9 @@ class RobotSpec:
         out = mirrored_names(self.joints, dict(self.mirror_swap), "joint")
         if any(abs(self.default_pose[m] * sign - q) > 1e-9
                for m, sign, q in zip(out, self.mirror_signs, self.default_pose, strict=True)):
-            raise RobotSpecError(f"mirror: the default pose {dict(zip(self.joints, self.default_pose))}"
-                                 " is not its own mirror; check swap and negate")
+            pose = dict(zip(self.joints, self.default_pose, strict=True))
+            raise RobotSpecError(f"mirror: the default pose {pose} is not its own mirror; "
+                                 "check swap and negate")
         return out
 
     @property
