@@ -13,7 +13,8 @@ import torch
 
 from locomotion.config import load_config
 from locomotion.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from locomotion.rl.runner import Runner
+from locomotion.rl.runner import Runner, learner_threads
+from locomotion.sim.threads import plan_threads
 from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,6 +186,16 @@ def test_the_update_runs_on_the_learner_threads_and_collecting_on_the_torch_ones
     runner.train_iteration()
     assert seen == [3]
     assert torch.get_num_threads() == runner.env.threads.torch == 1
+
+
+def test_by_default_the_update_takes_the_cores_the_rollout_kept_busy():
+    plan = plan_threads(None, None, cpu_physics=True, cores=3)
+    torch.set_num_threads(plan.torch)
+    with learner_threads(plan, 2.8):  # an idle machine: the rollout had all three cores
+        assert torch.get_num_threads() == 3
+    with learner_threads(plan, 1.1):  # other jobs took two of them
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 1
 
 
 def test_init_policy_starts_a_new_run_from_another_runs_policy(tmp_path):

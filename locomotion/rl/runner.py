@@ -427,14 +427,15 @@ class Runner:
 
     def train_iteration(self) -> dict:
         """Collect one rollout and update; returns the iteration's statistics."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         diverged_before = self.env.diverged_count
         warned_before = Counter(getattr(self.env, "physics_warnings", {}))
         timing, episodes = self._collect()
+        cpu_share = (time.process_time() - cpu_start) / (time.perf_counter() - start)
         if getattr(self.env, "masked", False):
             self.env.check_actions_seen()  # masked steps count bad actions, raised here
         t0 = time.perf_counter()
-        with learner_threads(getattr(self.env, "threads", None)):
+        with learner_threads(getattr(self.env, "threads", None), cpu_share):
             self.ppo.compute_returns(self.storage, self.env.obs["critic"])
             losses = self.ppo.update(self.storage)
             # Normalizers move between iterations only, so the policy that collected a batch
@@ -661,15 +662,16 @@ def env_mirror(env: LocomotionEnv) -> Mirror:
 
 
 @contextlib.contextmanager
-def learner_threads(plan: ThreadPlan | None):
+def learner_threads(plan: ThreadPlan | None, rollout_cpu_share: float):
     """Torch on the plan's learner threads for a while, then back to its collecting ones:
-    the physics pool idles while PPO learns, so the update may take its cores (an env
-    without a plan keeps torch as it is)."""
-    if plan is None or plan.learner == torch.get_num_threads():
+    the physics pool idles while PPO learns, so the update may take the cores the rollout
+    got (``ThreadPlan.learner_for``; an env without a plan keeps torch as it is)."""
+    learner = None if plan is None else plan.learner_for(rollout_cpu_share)
+    if learner is None or learner == torch.get_num_threads():
         yield
         return
     collecting = torch.get_num_threads()
-    torch.set_num_threads(plan.learner)
+    torch.set_num_threads(learner)
     try:
         yield
     finally:

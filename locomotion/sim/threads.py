@@ -7,9 +7,11 @@ time (measured on a busy 2-core machine: 500-950 env steps/s and 10-19 s per PPO
 torch's default, about 4,000 env steps/s and 1 s per update with one torch thread). So the
 physics takes the usable cores (the process's CPU affinity, not the machine's count) and
 torch the cores the physics leaves, at least one. The learner runs while the pool is idle
-(between rollouts), so ``learner_threads`` may give it more; by default it keeps torch's
-count, because on cores other jobs share, more learner threads made one update 12 s instead
-of 0.3 s, and the gain on idle cores is not measured yet.
+(between rollouts), so by default it takes as many threads as the cores the process kept
+busy during the rollout it learns from (its CPU time over the rollout's wall-clock): every
+core on an idle machine (on 2 cores, 0.29 of an iteration instead of 0.40), torch's own
+count where other jobs take their share, because on cores other jobs share more learner
+threads made one update 12 s instead of 0.3 s. ``learner_threads`` fixes the count.
 """
 
 from __future__ import annotations
@@ -30,14 +32,26 @@ def usable_cores() -> int:
 class ThreadPlan:
     physics: int  # native MuJoCo threads (0: the physics runs elsewhere, e.g. on a GPU)
     torch: int
-    learner: int  # torch threads of the PPO update, which never runs beside the physics
+    learner: int | None  # torch threads of the PPO update, which never runs beside the
+                         # physics (None: ``learner_for`` the rollout's use of the cores)
     cores: int
     warning: str | None  # set when the user's own settings oversubscribe the cores
 
+    def learner_for(self, rollout_cpu_share: float) -> int:
+        """The update's torch threads after a rollout that kept ``rollout_cpu_share`` cores
+        busy (process CPU time over wall-clock): the set count, or as many cores as the
+        rollout got, no fewer than torch's threads and no more than the usable cores."""
+        if self.learner is not None:
+            return self.learner
+        return min(self.cores, max(self.torch, round(rollout_cpu_share)))
+
     def describe(self) -> str:
         physics = f"{self.physics} physics threads, " if self.physics else ""
-        learner = f", {self.learner} learning" if self.learner != self.torch else ""
-        return f"{physics}{self.torch} torch threads{learner} on {self.cores} usable cores"
+        learner = f", {self.learner} learning" if self.learner not in (None, self.torch) else ""
+        line = f"{physics}{self.torch} torch threads{learner} on {self.cores} usable cores"
+        if self.learner is None and self.torch < self.cores:
+            line += f", learning on up to {self.cores}"
+        return line
 
 
 def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bool,
@@ -57,5 +71,4 @@ def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bo
         warning = (f"{sim} physics threads and {torch} torch threads oversubscribe the "
                    f"{cores} usable cores and can run several times slower; leave sim.nthread "
                    f"and torch_threads at null or keep their sum within {cores}")
-    learner = learner_threads or torch
-    return ThreadPlan(sim, torch, learner, cores, warning)
+    return ThreadPlan(sim, torch, learner_threads, cores, warning)
