@@ -188,8 +188,8 @@ def test_the_update_runs_on_the_learner_threads_and_collecting_on_the_torch_ones
     assert torch.get_num_threads() == runner.env.threads.torch == 1
 
 
-def test_by_default_the_update_takes_the_cores_the_rollout_kept_busy():
-    plan = plan_threads(None, None, cpu_physics=True, cores=3)
+def test_learner_threads_auto_takes_the_cores_the_rollout_kept_busy():
+    plan = plan_threads(None, None, cpu_physics=True, cores=3, learner_threads="auto")
     torch.set_num_threads(plan.torch)
     with learner_threads(plan, 2.8):  # an idle machine: the rollout had all three cores
         assert torch.get_num_threads() == 3

@@ -21,16 +21,19 @@ def test_oversubscribing_settings_are_warned_about(physics, torch_threads):
     assert plan.warning and "oversubscribe the 4 usable cores" in plan.warning
 
 
-def test_the_learner_takes_the_cores_the_rollout_got_unless_told():
-    auto = plan_threads(None, None, cpu_physics=True, cores=8)
+def test_the_learner_keeps_torchs_threads_unless_told():
+    assert plan_threads(None, None, cpu_physics=True, cores=8).learner_for(7.8) == 1
+    assert plan_threads(None, 2, cpu_physics=True, cores=8).learner_for(7.8) == 2
+    auto = plan_threads(None, None, cpu_physics=True, cores=8, learner_threads="auto")
     assert auto.learner is None and auto.describe().endswith("learning on up to 8")
     # an idle machine: the rollout kept every core busy; a shared one: about one
     assert [auto.learner_for(share) for share in (7.8, 3.4, 0.9, 0.2, 12.0)] == [8, 3, 1, 1, 8]
-    assert plan_threads(None, 2, cpu_physics=True, cores=8).learner_for(0.5) == 2
     told = plan_threads(None, None, cpu_physics=True, cores=8, learner_threads=3)
     assert [told.learner_for(share) for share in (7.8, 0.9)] == [3, 3]
     with pytest.raises(ValueError, match="learner_threads must be a whole number >= 1"):
         plan_threads(None, None, cpu_physics=True, cores=2, learner_threads=0)
+    with pytest.raises(ValueError, match=r"whole number >= 1, auto or null .* got 'all'"):
+        plan_threads(None, None, cpu_physics=True, cores=2, learner_threads="all")
 
 
 def test_bad_thread_counts_are_clear_errors():

@@ -7,11 +7,13 @@ time (measured on a busy 2-core machine: 500-950 env steps/s and 10-19 s per PPO
 torch's default, about 4,000 env steps/s and 1 s per update with one torch thread). So the
 physics takes the usable cores (the process's CPU affinity, not the machine's count) and
 torch the cores the physics leaves, at least one. The learner runs while the pool is idle
-(between rollouts), so by default it takes as many threads as the cores the process kept
-busy during the rollout it learns from (its CPU time over the rollout's wall-clock): every
-core on an idle machine (on 2 cores, 0.29 of an iteration instead of 0.40), torch's own
-count where other jobs take their share, because on cores other jobs share more learner
-threads made one update 12 s instead of 0.3 s. ``learner_threads`` fixes the count.
+(between rollouts), so ``learner_threads`` may give it more. By default it keeps torch's
+count, so that a run repeats bit for bit whatever else the machine runs (torch's kernels
+round differently on other thread counts), and because on cores other jobs share more
+learner threads once made one update 12 s instead of 0.3 s. ``learner_threads=auto`` takes
+as many as the cores the process kept busy during the rollout it learns from (its CPU time
+over the rollout's wall-clock): every core on an idle machine (on 2 cores, 0.29 of an
+iteration instead of 0.40), torch's own count where other jobs take their share.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ThreadPlan:
     physics: int  # native MuJoCo threads (0: the physics runs elsewhere, e.g. on a GPU)
     torch: int
     learner: int | None  # torch threads of the PPO update, which never runs beside the
-                         # physics (None: ``learner_for`` the rollout's use of the cores)
+                         # physics (None: auto, ``learner_for`` the rollout's use of the cores)
     cores: int
     warning: str | None  # set when the user's own settings oversubscribe the cores
 
@@ -55,15 +57,19 @@ class ThreadPlan:
 
 
 def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bool,
-                 cores: int | None = None, learner_threads: int | None = None) -> ThreadPlan:
+                 cores: int | None = None,
+                 learner_threads: int | str | None = None) -> ThreadPlan:
     """Thread counts for ``physics`` / ``torch_threads`` / ``learner_threads`` settings
-    (None: choose)."""
+    (None: choose; ``learner_threads`` None keeps torch's, ``"auto"`` follows the load)."""
     cores = cores or usable_cores()
     for name, value in (("sim.nthread", physics), ("torch_threads", torch_threads),
                         ("learner_threads", learner_threads)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise ValueError(f"{name} must be a whole number >= 1 or null (choose from the "
-                             f"usable cores), got {value!r}")
+        if value is None or (name == "learner_threads" and value == "auto"):
+            continue
+        if type(value) is not int or value < 1:
+            extra = ", auto" if name == "learner_threads" else ""
+            raise ValueError(f"{name} must be a whole number >= 1{extra} or null (choose from "
+                             f"the usable cores), got {value!r}")
     sim = (physics or cores) if cpu_physics else 0
     torch = torch_threads or max(1, cores - sim)
     warning = None
@@ -71,4 +77,5 @@ def plan_threads(physics: int | None, torch_threads: int | None, cpu_physics: bo
         warning = (f"{sim} physics threads and {torch} torch threads oversubscribe the "
                    f"{cores} usable cores and can run several times slower; leave sim.nthread "
                    f"and torch_threads at null or keep their sum within {cores}")
-    return ThreadPlan(sim, torch, learner_threads, cores, warning)
+    learner = None if learner_threads == "auto" else learner_threads or torch
+    return ThreadPlan(sim, torch, learner, cores, warning)
