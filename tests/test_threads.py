@@ -21,8 +21,10 @@ def test_oversubscribing_settings_are_warned_about(physics, torch_threads):
     assert plan.warning and "oversubscribe the 4 usable cores" in plan.warning
 
 
-def test_the_learner_keeps_torchs_threads_unless_told():
-    assert plan_threads(None, None, cpu_physics=True, cores=8).learner_for(7.8) == 1
+def test_the_learner_takes_every_core_unless_torch_threads_or_learner_threads_say_otherwise():
+    plan = plan_threads(None, None, cpu_physics=True, cores=8)
+    assert (plan.torch, [plan.learner_for(share) for share in (7.8, 0.9)]) == (1, [8, 8])
+    assert plan.describe() == "8 physics threads, 1 torch threads, 8 learning on 8 usable cores"
     assert plan_threads(None, 2, cpu_physics=True, cores=8).learner_for(7.8) == 2
     auto = plan_threads(None, None, cpu_physics=True, cores=8, learner_threads="auto")
     assert auto.learner is None and auto.describe().endswith("learning on up to 8")

@@ -338,7 +338,9 @@ class LocomotionEnv:
         done = terminated | truncated
         done_ids = done.nonzero().squeeze(1)
         if len(done_ids):
-            info["final_obs"] = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in obs.items()}
+            n_div = int(diverged.sum())
+            info["final_obs"] = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) if n_div else v.clone()
+                                 for k, v in obs.items()}
             info["episode"] = self._finish_episodes(done_ids, truncated)
             if self.curriculum is not None:  # terrain levels move before the envs respawn
                 ep = info["episode"]
@@ -349,7 +351,6 @@ class LocomotionEnv:
                 ep["terrain_level"] = self.curriculum.levels[done_ids].float()
             for hook in self.hooks.values():
                 hook.on_episodes_end(done_ids, info["episode"])
-            n_div = int(diverged.sum())
             self._diverged_count += n_div
             info["diverged"] = n_div
             self._reset_envs(done_ids, obs,

@@ -117,7 +117,9 @@ class PPO:
         self.generator = generator
         self.mirror = mirror
         self.learning_rate = self.config.learning_rate
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate)
+        # one fused kernel per step instead of a dozen ops per parameter tensor (CPU and GPU)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate,
+                                          fused=True)
 
     @torch.no_grad()
     def compute_returns(self, storage: RolloutStorage, last_critic_obs: Tensor) -> None:
