@@ -81,7 +81,8 @@ def run_ablation(cfg: DictConfig, out_dir: Path, runs_dir: Path) -> None:
 def summary(results: list[dict], variants: DictConfig) -> str:
     """One row per variant: env steps and wall-clock to walk per seed and their medians (a
     run that never walked counts as later than any that did), seeds that walked sooner
-    than the default with the same seed, throughput and the learner's share."""
+    than the default with the same seed (in env steps and in wall-clock), throughput and the
+    learner's share."""
     by_variant: dict[str, dict[int, dict]] = {}
     for r in results:
         by_variant.setdefault(r["variant"], {})[r["seed"]] = r
@@ -90,17 +91,22 @@ def summary(results: list[dict], variants: DictConfig) -> str:
     def steps(r: dict) -> float:
         return r["env_steps_to_walk"] or math.inf
 
+    def wall(r: dict) -> float:
+        return r["wall_s_to_walk"] or math.inf
+
     lines = ["| variant | overrides | env steps to walk (per seed) | median | median wall-clock "
-             "| sooner than default (same seed) | env steps/s | learn fraction |",
+             "| sooner than default (same seed): env steps, wall-clock | env steps/s "
+             "| learn fraction |",
              "|---|---|---|---|---|---|---|---|"]
     for name in [v for v in variants if v in by_variant]:
         runs = by_variant[name]
         seeds = sorted(runs)
         per_seed = " ".join(f"s{s}:{steps(runs[s]) / 1e6:.2f}M" if runs[s]["walked"]
                             else f"s{s}:never" for s in seeds)
-        walls = [runs[s]["wall_s_to_walk"] or math.inf for s in seeds]
+        walls = [wall(runs[s]) for s in seeds]
         paired = [s for s in seeds if s in default]
-        sooner = (f"{sum(steps(runs[s]) < steps(default[s]) for s in paired)}/{len(paired)}"
+        sooner = (f"{sum(steps(runs[s]) < steps(default[s]) for s in paired)}/{len(paired)}, "
+                  f"{sum(wall(runs[s]) < wall(default[s]) for s in paired)}/{len(paired)}"
                   if name != "default" and paired else "-")
         lines.append(
             f"| {name} | {' '.join(variants[name]) or '-'} | {per_seed} | "

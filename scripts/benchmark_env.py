@@ -2,7 +2,9 @@
 
 The raw limit is back-to-back ``mujoco.rollout`` calls on the same model, N, substeps and
 thread count with no Python work in between; the ratio says what the env costs on top of
-the physics. Prints a table; the last line is one JSON object.
+the physics. Env and raw physics are timed in turn for ``rounds`` rounds and the median
+of the rounds' ratios is reported with their range. Prints a table; the last line is one
+JSON object.
 
     python scripts/benchmark_env.py
     python scripts/benchmark_env.py num_envs=4096 robot=dmc_quadruped
@@ -86,10 +88,16 @@ def started_env(cfg: DictConfig, n: int) -> tuple[LocomotionEnv, torch.Generator
 def measure(cfg: DictConfig, n: int) -> dict:
     env, gen = started_env(cfg, n)
     states, ctrls = record_workload(env, cfg.measure_steps, gen)
-    env_sps = env_steps_per_s(env, cfg.measure_steps, gen)
-    raw_sps = raw_env_steps_per_s(env.model, env.sim.nthread, states, ctrls)
-    row = {"num_envs": n, "env_steps_per_s": env_sps, "raw_env_steps_per_s": raw_sps,
-           "ratio": env_sps / raw_sps, "physics_steps_per_s": raw_sps * env.decimation}
+    env_runs, raw_runs = [], []
+    for _ in range(int(cfg.rounds)):  # in turn, so a slow spell lands on both sides
+        env_runs.append(env_steps_per_s(env, cfg.measure_steps, gen))
+        raw_runs.append(raw_env_steps_per_s(env.model, env.sim.nthread, states, ctrls))
+    ratios = [e / r for e, r in zip(env_runs, raw_runs, strict=True)]
+    raw_sps = float(np.median(raw_runs))
+    row = {"num_envs": n, "env_steps_per_s": float(np.median(env_runs)),
+           "raw_env_steps_per_s": raw_sps, "ratio": float(np.median(ratios)),
+           "ratio_range": [min(ratios), max(ratios)],
+           "physics_steps_per_s": raw_sps * env.decimation}
     if cfg.compare_solver:
         solver = OmegaConf.load(CONFIG_DIR / "solver" / f"{cfg.compare_solver}.yaml")
         profile = SolverProfile(**solver)
@@ -144,7 +152,8 @@ def main(cfg: DictConfig) -> None:
     rows = []
     print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
           f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
-    header = f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'physics/s':>11}"
+    header = (f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'range':>11}"
+              f" {'physics/s':>11}")
     if cfg.compare_solver:
         header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
     print(header + f" {'max RSS MB':>10}")
@@ -153,6 +162,7 @@ def main(cfg: DictConfig) -> None:
         rows.append(r)
         line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f}"
                 f" {r['raw_env_steps_per_s']:>12.0f} {r['ratio']:>6.3f}"
+                f" {r['ratio_range'][0]:>5.3f}-{r['ratio_range'][1]:.3f}"
                 f" {r['physics_steps_per_s']:>11.0f}")
         if cfg.compare_solver:
             name = cfg.compare_solver
