@@ -14,6 +14,7 @@ from locomotion.rl import (
     RolloutStorage,
     bootstrap_truncated,
 )
+from locomotion.rl.ppo import gaussian_kl
 
 HORIZON = 50
 
@@ -228,6 +229,36 @@ def test_nonfinite_observation_skips_only_its_mini_batch() -> None:
     assert stats["nonfinite_skipped"] == config.num_learning_epochs
     assert all(p.isfinite().all() for p in policy.parameters())
     assert any(not torch.equal(p, b) for p, b in zip(policy.parameters(), before, strict=True))
+
+
+class SwapMirror:
+    """A toy left-right mirror: the first observation flips sign, the two actions swap."""
+
+    def observations(self, group: str, x: Tensor) -> Tensor:
+        return x * torch.tensor([-1.0, 1.0, 1.0])
+
+    def actions(self, x: Tensor) -> Tensor:
+        return x[:, [1, 0]]
+
+
+def test_step_size_kl_is_measured_on_the_rollout_states_not_their_mirrors() -> None:
+    """An asymmetric policy that does not move has a KL of zero to its rollout policy; the
+    mirrored samples' KL would be the policy's asymmetry (here above 0.01), and drove the
+    adaptive learning rate to its minimum when it counted."""
+    policy = small_policy()
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([0.5, -0.5]))
+    ppo = PPO(policy, PPOConfig(schedule="fixed", learning_rate=0.0),
+              generator=torch.Generator().manual_seed(0), mirror=SwapMirror())
+    storage = filled_storage(policy)
+    ppo.compute_returns(storage, torch.randn(4, 3))
+    assert ppo.update(storage)["kl"] < 1e-9
+    batch = next(storage.mini_batches(1, 1, torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        mirrored = policy.distribution(SwapMirror().observations("policy", batch.obs))
+    asymmetry = gaussian_kl(SwapMirror().actions(batch.action_mean), batch.action_std,
+                            mirrored.mean, mirrored.stddev).mean()
+    assert asymmetry > 0.01
 
 
 def test_state_dict_round_trip_restores_learning_rate_and_optimizer() -> None:

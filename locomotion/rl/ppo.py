@@ -167,6 +167,10 @@ class PPO:
             normalize_advantages=cfg.advantage_normalization == "mini_batch",
         )
         for batch in batches:
+            # the step size is the KL on the states the rollout policy acted in: a mirrored
+            # sample's "rollout policy" is the mirror of it, which differs from the policy at
+            # the mirrored state by the policy's asymmetry, not by this update's step
+            rollout = len(batch.obs)
             if self.mirror is not None:
                 batch = with_mirror(batch, self.mirror)
             dist = self.policy.distribution(batch.obs)
@@ -175,7 +179,8 @@ class PPO:
             values = self.policy.value(batch.critic_obs)
 
             with torch.no_grad():
-                kl = gaussian_kl(batch.action_mean, batch.action_std, dist.mean, dist.stddev).mean()
+                kl = gaussian_kl(batch.action_mean[:rollout], batch.action_std[:rollout],
+                                 dist.mean[:rollout], dist.stddev[:rollout]).mean()
                 if self.kl_reduce is not None:
                     self.kl_reduce(kl)
 
