@@ -35,6 +35,7 @@ RULES: dict[str, tuple[str, str]] = {
     "task.control_dt": ("number", "> 0"),
     "task.episode_length_s": ("number", "> 0"),
     "algo.num_steps": ("int", ">= 1"),
+    "algo.symmetry": ("bool_or_auto", ""),
     "algo.policy.init_noise_std": ("number", "> 0"),
     "algo.ppo.learning_rate": ("number", "> 0"),
     "algo.ppo.clip_param": ("number", "> 0"),
@@ -61,11 +62,13 @@ _KINDS = {  # kind: (test, what a wrong value is not)
     "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "bool_or_auto": (lambda v: isinstance(v, bool) or v == "auto", "true, false or auto"),
     "path": (lambda v: isinstance(v, str) and v != "", "a path"),
     "device": (lambda v: isinstance(v, str) and re.fullmatch(r"cpu|cuda(:\d+)?", v) is not None,
                "a device"),
 }
-_HINTS = {"bool": "true | false", "device": "cpu | cuda | cuda:N"}
+_HINTS = {"bool": "true | false", "bool_or_auto": "true | false | auto",
+          "device": "cpu | cuda | cuda:N"}
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _ABSENT = object()
 

@@ -78,15 +78,22 @@ def run_ablation(cfg: DictConfig, out_dir: Path, runs_dir: Path) -> None:
                  if steps else "did not walk"), flush=True)
 
 
+def baseline(name: str, variants: DictConfig) -> str | None:
+    """The variant ``name`` changes one thing of: the one whose overrides are the most of
+    its own (``epochs_2`` = ``no_symmetry`` + one setting); None for the default."""
+    own = set(variants[name])
+    below = [v for v in variants if set(variants[v]) < own]
+    return max(below, key=lambda v: len(variants[v])) if below else None
+
+
 def summary(results: list[dict], variants: DictConfig) -> str:
     """One row per variant: env steps and wall-clock to walk per seed and their medians (a
     run that never walked counts as later than any that did), seeds that walked sooner
-    than the default with the same seed (in env steps and in wall-clock), throughput and the
-    learner's share."""
+    than its baseline with the same seed (in env steps and in wall-clock), throughput and
+    the learner's share."""
     by_variant: dict[str, dict[int, dict]] = {}
     for r in results:
         by_variant.setdefault(r["variant"], {})[r["seed"]] = r
-    default = by_variant.get("default", {})
 
     def steps(r: dict) -> float:
         return r["env_steps_to_walk"] or math.inf
@@ -95,7 +102,7 @@ def summary(results: list[dict], variants: DictConfig) -> str:
         return r["wall_s_to_walk"] or math.inf
 
     lines = ["| variant | overrides | env steps to walk (per seed) | median | median wall-clock "
-             "| sooner than default (same seed): env steps, wall-clock | env steps/s "
+             "| sooner than its baseline (same seed): env steps, wall-clock | env steps/s "
              "| learn fraction |",
              "|---|---|---|---|---|---|---|---|"]
     for name in [v for v in variants if v in by_variant]:
@@ -104,10 +111,12 @@ def summary(results: list[dict], variants: DictConfig) -> str:
         per_seed = " ".join(f"s{s}:{steps(runs[s]) / 1e6:.2f}M" if runs[s]["walked"]
                             else f"s{s}:never" for s in seeds)
         walls = [wall(runs[s]) for s in seeds]
-        paired = [s for s in seeds if s in default]
-        sooner = (f"{sum(steps(runs[s]) < steps(default[s]) for s in paired)}/{len(paired)}, "
-                  f"{sum(wall(runs[s]) < wall(default[s]) for s in paired)}/{len(paired)}"
-                  if name != "default" and paired else "-")
+        base_name = baseline(name, variants)
+        base = by_variant.get(base_name, {})
+        paired = [s for s in seeds if s in base]
+        sooner = (f"{base_name}: {sum(steps(runs[s]) < steps(base[s]) for s in paired)}"
+                  f"/{len(paired)}, {sum(wall(runs[s]) < wall(base[s]) for s in paired)}"
+                  f"/{len(paired)}" if paired else "-")
         lines.append(
             f"| {name} | {' '.join(variants[name]) or '-'} | {per_seed} | "
             f"{np.median([steps(runs[s]) for s in seeds]) / 1e6:.2f}M | {np.median(walls):.0f} s | "

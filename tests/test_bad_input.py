@@ -99,6 +99,8 @@ CASES = {
     "negative_iterations": ("train", ["max_iterations=-5"], ["max_iterations=-5"]),
     "cuda": ("train", ["device=cuda"],
              ["device='cuda'", *(["has no CUDA", "pip install torch"] if NO_CUDA else [])]),
+    "symmetry": ("train", ["algo.symmetry=maybe"],
+                 ["algo.symmetry='maybe'", "algo.symmetry=<true | false | auto>"]),
     "activation": ("train", ["algo.policy.activation=swish"], ["activation 'swish'", "elu"]),
     "resume_randomization": ("train", ["resume={checkpoint}", "randomization=robust"],
                              ["{checkpoint}", "randomization=none"]),

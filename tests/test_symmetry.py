@@ -8,7 +8,7 @@ import torch
 
 from locomotion.config_checks import ConfigError
 from locomotion.rl.ppo import with_mirror
-from locomotion.rl.runner import env_mirror
+from locomotion.rl.runner import env_mirror, symmetry_mirror
 from locomotion.rl.storage import MiniBatch
 from locomotion.sim.robot_spec import RobotSpecError, load_robot_spec, parse_robot_spec
 
@@ -104,7 +104,9 @@ def test_ppo_learns_each_mini_batch_with_its_mirror_image(make_env):
     (observations, actions, the rollout policy's means and stds), the rest repeated; its
     mirror's mirror is the batch itself."""
     env = make_env("num_envs=4")
-    mirror = env_mirror(env)
+    assert symmetry_mirror(env, False) is None
+    mirror = symmetry_mirror(env, "auto")  # the default: go1 on flat ground has a mirror
+    assert mirror is not None
     gen = torch.Generator().manual_seed(1)
     n, sizes = 6, env.observation_sizes
     batch = MiniBatch(obs=torch.randn(n, sizes["policy"], generator=gen),
@@ -129,6 +131,11 @@ def test_ppo_learns_each_mini_batch_with_its_mirror_image(make_env):
                                dist.log_prob(batch.actions).sum(-1))
 
 
-def test_symmetry_without_a_mirror_rule_is_refused_with_the_terms(make_env):
+def test_symmetry_without_a_mirror_rule_is_refused_with_the_terms(make_env, capsys):
+    """algo.symmetry=true refuses a task whose terms cannot be mirrored; the default (auto)
+    trains it without the mirror and says why."""
+    env = make_env("task=rough", "num_envs=2")
     with pytest.raises(ConfigError, match=r"\['height_scan'\] have no mirror rule"):
-        env_mirror(make_env("task=rough", "num_envs=2"))
+        symmetry_mirror(env, True)
+    assert symmetry_mirror(env, "auto") is None
+    assert "symmetry: off (observation terms ['height_scan']" in capsys.readouterr().out

@@ -33,6 +33,7 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from locomotion.config_checks import ConfigError
 from locomotion.envs.generators import seed_from
 from locomotion.envs.vec_env import LocomotionEnv
 from locomotion.rl.actor_critic import build_policy
@@ -183,7 +184,8 @@ class Runner:
                        grad_reduce=dist.reduce_gradients if dist else None,
                        kl_with_grads=dist is not None,  # one all-reduce per step
                        generator=torch.Generator().manual_seed(int(cfg.seed)),
-                       mirror=env_mirror(env) if algo.get("symmetry") else None)
+                       mirror=symmetry_mirror(env, algo.get("symmetry", False),
+                                              say=self.is_main))
         self.num_steps = int(algo.num_steps)
         self.storage = RolloutStorage(self.num_steps, env.num_envs, sizes["policy"],
                                       sizes["critic"], env.num_actions, device=env.device)
@@ -659,6 +661,22 @@ def env_mirror(env: LocomotionEnv) -> Mirror:
     """The left-right mirror of ``env``'s observation groups and actions (``algo.symmetry``)."""
     layout = env.task.observation_layout(env.task.world(env.sim), env.actions)
     return Mirror(env.spec, layout, device=env.device)
+
+
+def symmetry_mirror(env: LocomotionEnv, setting: bool | str, say: bool = True) -> Mirror | None:
+    """The mirror PPO learns with under ``algo.symmetry``: ``true`` needs one, ``auto`` uses
+    it where the robot spec has a mirror and every observation term a rule, and otherwise
+    trains without (saying why), so another robot or task still trains as configured."""
+    if setting is False:
+        return None
+    try:
+        return env_mirror(env)
+    except ConfigError as e:
+        if setting is True:
+            raise
+        if say:
+            print(f"symmetry: off ({e})", flush=True)
+        return None
 
 
 @contextlib.contextmanager
