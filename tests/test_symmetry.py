@@ -1,14 +1,16 @@
 """Symmetry augmentation: the robot spec's mirror, the mirror of observations and actions
 checked against the physics (a mirrored robot's observations are the mirror of the
-robot's), PPO learning every mini-batch with its mirror, and the errors where no mirror
-exists."""
+robot's), PPO learning every mini-batch with its mirror, the errors where no mirror
+exists, and a resume that turns the mirror on or off."""
 
 import pytest
 import torch
 
+from locomotion import tasks
+from locomotion.config import load_config
 from locomotion.config_checks import ConfigError
 from locomotion.rl.ppo import with_mirror
-from locomotion.rl.runner import env_mirror, symmetry_mirror
+from locomotion.rl.runner import Runner, env_mirror, symmetry_mirror
 from locomotion.rl.storage import MiniBatch
 from locomotion.sim.robot_spec import RobotSpecError, load_robot_spec, parse_robot_spec
 
@@ -139,3 +141,30 @@ def test_symmetry_without_a_mirror_rule_is_refused_with_the_terms(make_env, caps
         symmetry_mirror(env, True)
     assert symmetry_mirror(env, "auto") is None
     assert "symmetry: off (observation terms ['height_scan']" in capsys.readouterr().out
+
+
+def test_a_resume_that_changes_the_mirror_says_so(tmp_path):
+    """A run resumed with another algo.symmetry than it trained with (a checkpoint from
+    before the mirror was on by default) continues, and says how to learn as it did."""
+    small = ["num_envs=8", "algo.num_steps=8", "task.episode_length_s=0.5", "reset=sync",
+             "algo.policy.actor_hidden_dims=[32]", "algo.policy.critic_hidden_dims=[32]",
+             "logging.tensorboard=false"]
+
+    def runner(folder: str, *overrides: str) -> Runner:
+        cfg = load_config("train", [*small, *overrides])
+        return Runner(tasks.make_env(cfg), cfg, log_dir=tmp_path / folder)
+
+    first = runner("a", "algo.symmetry=false")
+    first.train_iteration()
+    path = first.save()
+    first.env.close()
+    same, changed = runner("b", "algo.symmetry=false"), runner("c")
+    same.load(path)
+    changed.load(path)
+    assert same.resume_notes == []
+    assert changed.resume_notes == [
+        "the checkpoint was trained with algo.symmetry=false, this run has "
+        "algo.symmetry=auto; pass algo.symmetry=false to learn as it did"]
+    assert changed.train_iteration()["iteration"] == 2
+    same.env.close()
+    changed.env.close()

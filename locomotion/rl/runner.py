@@ -344,8 +344,22 @@ class Runner:
                 f"{self.dist.world_size}: resume with the same number of processes "
                 "(--nnodes x --nproc_per_node), each rank continues its own envs")
         common = {k: data.get(k) for k in ("ppo", "hooks", "scheduler", "iteration", "env_steps",
-                                           "train_wall_s")}
+                                           "train_wall_s", "config")}
         return [{**common, **shard} for shard in ranks]
+
+    def _changed_learning(self, trained: dict | None) -> list[str]:
+        """How this run learns differently from the checkpoint's (a setting a resume may
+        change: the mirror); a config saved before ``algo.symmetry`` existed had it off."""
+        if trained is None:
+            return []
+        before = (trained.get("algo") or {}).get("symmetry", False)
+        now = self.cfg.algo.get("symmetry", False)
+        if before == now:
+            return []
+        name = {True: "true", False: "false"}
+        return [f"the checkpoint was trained with algo.symmetry={name.get(before, before)}, "
+                f"this run has algo.symmetry={name.get(now, now)}; pass "
+                f"algo.symmetry={name.get(before, before)} to learn as it did"]
 
     def _restore(self, data: dict, env_state: dict, rng: dict) -> None:
         self.ppo.load_state_dict(data["ppo"])
@@ -363,7 +377,8 @@ class Runner:
             raise CheckpointError(f"the checkpoint's env state does not fit this run's env "
                                   f"({type(e).__name__}: {e}); resume with the config it was "
                                   "trained with") from e
-        self.resume_notes = notes + restore_rng_states(rng, self.env.device, self.ppo.generator)
+        self.resume_notes = (notes + restore_rng_states(rng, self.env.device, self.ppo.generator)
+                             + self._changed_learning(data.get("config")))
         self.iteration = data["iteration"]
         self.env_steps = data["env_steps"]
         self.train_wall_s = data["train_wall_s"]
