@@ -352,14 +352,12 @@ class Runner:
         change: the mirror); a config saved before ``algo.symmetry`` existed had it off."""
         if trained is None:
             return []
-        before = (trained.get("algo") or {}).get("symmetry", False)
-        now = self.cfg.algo.get("symmetry", False)
+        before = str((trained.get("algo") or {}).get("symmetry", False)).lower()
+        now = str(self.cfg.algo.get("symmetry", False)).lower()  # as typed: true, auto
         if before == now:
             return []
-        name = {True: "true", False: "false"}
-        return [f"the checkpoint was trained with algo.symmetry={name.get(before, before)}, "
-                f"this run has algo.symmetry={name.get(now, now)}; pass "
-                f"algo.symmetry={name.get(before, before)} to learn as it did"]
+        return [f"the checkpoint was trained with algo.symmetry={before}, this run has "
+                f"algo.symmetry={now}; pass algo.symmetry={before} to learn as it did"]
 
     def _restore(self, data: dict, env_state: dict, rng: dict) -> None:
         self.ppo.load_state_dict(data["ppo"])
