@@ -117,10 +117,13 @@ def cell_budget(study: DictConfig, cell: Cell) -> int:
 
 
 def grid_cells(cfg: DictConfig) -> list[Cell]:
-    """Every cell of the grid, checking that each gets exactly the env-step budget."""
+    """Every cell of the grid, seed by seed: the cells compared within a seed run next to
+    each other, so their wall-clock comes from one sitting of the machine even when the
+    grid spreads over several. Checks that each cell gets exactly the env-step budget."""
     study = study_settings(cfg)
-    cells = [Cell(s, int(k), int(n), int(seed)) for s in cfg.grid.schedules
-             for k in cfg.grid.rollout_lengths for n in study.num_envs for seed in study.seeds]
+    cells = [Cell(s, int(k), int(n), int(seed)) for seed in study.seeds
+             for k in cfg.grid.rollout_lengths for n in study.num_envs
+             for s in cfg.grid.schedules]
     for c in cells:
         if cell_budget(study, c) % (c.num_envs * c.rollout_length):
             raise ValueError(f"env_steps {study.env_steps} is not a multiple of N * K = "

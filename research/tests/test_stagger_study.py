@@ -183,3 +183,15 @@ def test_checks_tables_count_censored_runs_as_later():
     assert "| 8 | 4096 | staggered | 40 | 1/2 |" in tables
     # paired: seed 0 sooner (2M against 4M), seed 1 sooner than a censored sync run
     assert "| 8 | 4096 | staggered | 2/2 | 2/2 |" in tables
+
+
+def test_the_grid_runs_seed_by_seed():
+    """The schedules of a seed come next to each other in the grid (their wall-clock is
+    compared, and a grid spread over sittings of a machine of changing speed keeps a seed's
+    cells in one sitting)."""
+    cfg = load_config("stagger_study", ["task=flat_velocity", "entry=flat_core"])
+    cells = study.grid_cells(cfg)
+    assert [c.seed for c in cells[:4]] == [0, 0, 0, 0]
+    assert [c.schedule for c in cells[:4]] == ["sync", "random_counter", "staggered",
+                                               "phase_locked"]
+    assert [c.seed for c in cells] == sorted(c.seed for c in cells)
