@@ -6,8 +6,10 @@ that walks (tracking error <= 0.15 m/s, survival >= 95 %), or unwalked (censored
 first check past ``max_env_steps``. With ``jobs=2`` two runs train at
 once, each pinned to a core, so the env-step counts compare across variants and the
 wall-clock compares between runs that trained side by side (not with a run that had the
-whole machine). Results: ``<out_dir>/runs/<variant>_s<seed>.json`` (the script's result, a
-run whose file exists is skipped) and ``<out_dir>/summary.md``.
+whole machine). Each result records the boot of the machine it ran on: machines of the
+same 2-core type have trained about three times as fast as one another, so wall-clock is
+compared only between runs of one boot. Results: ``<out_dir>/runs/<variant>_s<seed>.json``
+(the script's result, a run whose file exists is skipped) and ``<out_dir>/summary.md``.
 
     python -m research.walk_ablation run=all
     python -m research.walk_ablation run=[default,num_envs_256] seeds=[0,1,2,3,4]
@@ -20,6 +22,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import hydra
@@ -30,6 +33,17 @@ from omegaconf import DictConfig
 from research.study import run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine_boot() -> int | None:
+    """When this machine booted (Linux: /proc/stat's btime, seconds since the epoch), which
+    tells runs of one sitting of one machine from those of another; None elsewhere."""
+    try:
+        stat = Path("/proc/stat").read_text()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) for line in stat.splitlines()
+                 if line.startswith("btime ")), None)
 
 
 def selected(cfg: DictConfig) -> list[str]:
@@ -56,7 +70,7 @@ def train(job: tuple[str, list[str], int, int | None, Path, Path]) -> tuple[str,
     if done.returncode != 0:
         raise RuntimeError(f"{variant} seed {seed} failed:\n{done.stderr[-2000:]}")
     result = {**json.loads(done.stdout.strip().splitlines()[-1]), "variant": variant,
-              "seed": seed, "overrides": list(overrides)}
+              "seed": seed, "overrides": list(overrides), "machine_boot": machine_boot()}
     run_dir = Path(result["run_dir"])
     if run_dir.is_relative_to(ROOT):  # results name the checkout's folders relative to it
         result["run_dir"] = str(run_dir.relative_to(ROOT))
@@ -78,19 +92,26 @@ def run_ablation(cfg: DictConfig, out_dir: Path, runs_dir: Path) -> None:
                  if steps else "did not walk"), flush=True)
 
 
-def baseline(name: str, variants: DictConfig) -> str | None:
-    """The variant ``name`` changes one thing of: the one whose overrides are the most of
-    its own (``epochs_2`` = ``no_symmetry`` + one setting); None for the default."""
+def baseline(name: str, variants: DictConfig, run: Collection[str]) -> str | None:
+    """The variant ``name`` changes the least of among those that have runs (``run``): the
+    one whose overrides are the most of its own (``epochs_2`` = ``no_symmetry`` + one
+    setting); None for the default."""
     own = set(variants[name])
-    below = [v for v in variants if set(variants[v]) < own]
+    below = [v for v in variants if v in run and set(variants[v]) < own]
     return max(below, key=lambda v: len(variants[v])) if below else None
+
+
+def same_sitting(a: dict, b: dict) -> bool:
+    """Whether two runs' wall-clock compare: they ran on one boot of one machine (results
+    from before the boot was recorded were each compared with runs of their own sitting)."""
+    return a.get("machine_boot") == b.get("machine_boot")
 
 
 def summary(results: list[dict], variants: DictConfig) -> str:
     """One row per variant: env steps and wall-clock to walk per seed and their medians (a
     run that never walked counts as later than any that did), seeds that walked sooner
-    than its baseline with the same seed (in env steps and in wall-clock), throughput and
-    the learner's share."""
+    than its baseline with the same seed (in env steps; in wall-clock where both ran on one
+    boot of one machine), throughput and the learner's share."""
     by_variant: dict[str, dict[int, dict]] = {}
     for r in results:
         by_variant.setdefault(r["variant"], {})[r["seed"]] = r
@@ -111,12 +132,14 @@ def summary(results: list[dict], variants: DictConfig) -> str:
         per_seed = " ".join(f"s{s}:{steps(runs[s]) / 1e6:.2f}M" if runs[s]["walked"]
                             else f"s{s}:never" for s in seeds)
         walls = [wall(runs[s]) for s in seeds]
-        base_name = baseline(name, variants)
+        base_name = baseline(name, variants, by_variant)
         base = by_variant.get(base_name, {})
         paired = [s for s in seeds if s in base]
+        timed = [s for s in paired if same_sitting(runs[s], base[s])]
+        sooner_wall = (f"{sum(wall(runs[s]) < wall(base[s]) for s in timed)}/{len(timed)}"
+                       if timed else "other sittings")
         sooner = (f"{base_name}: {sum(steps(runs[s]) < steps(base[s]) for s in paired)}"
-                  f"/{len(paired)}, {sum(wall(runs[s]) < wall(base[s]) for s in paired)}"
-                  f"/{len(paired)}" if paired else "-")
+                  f"/{len(paired)}, {sooner_wall}" if paired else "-")
         lines.append(
             f"| {name} | {' '.join(variants[name]) or '-'} | {per_seed} | "
             f"{np.median([steps(runs[s]) for s in seeds]) / 1e6:.2f}M | {np.median(walls):.0f} s | "
