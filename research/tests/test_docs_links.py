@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # A path under research/results/ named in a page's text or commands (not a placeholder).
 CITED = re.compile(r"research/results/[\w./<>*-]*[\w/>*]")
-MAX_TRACKED_BYTES = 10_000_000
+# A checkout travels whole to GPU hosts beside a 50 MiB part of their packages, under a
+# 64 MiB limit; the stagger study's core grid adds about 2 MB of curves as it completes.
+MAX_TRACKED_BYTES = 12_000_000
 
 
 def pages() -> list[Path]:
@@ -85,7 +87,7 @@ def test_links_and_anchors_are_checked():
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
                     reason="needs a git checkout")
-def test_tracked_tree_stays_under_10_mb():
+def test_tracked_tree_stays_under_12_mb():
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
                            check=True).stdout.split(b"\0")
     total = sum((ROOT / f.decode()).stat().st_size for f in files
