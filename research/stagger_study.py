@@ -2,7 +2,7 @@
 seeds.
 
 Every run (a cell of the grid) trains with ``Runner`` for the same number of env steps and
-writes its curve to ``<out_dir>/curves/<cell>.csv``; cells whose CSV exists are skipped, so
+writes its curve to ``<out_dir>/curves/<cell>.csv.gz``; cells whose curve exists are skipped, so
 an interrupted grid resumes where it stopped. Then the figures and the summary tables are
 (re)drawn from the curves of every cell of the grid.
 
@@ -538,7 +538,7 @@ def checks_tables(curves: dict[Cell, dict[str, np.ndarray]], study: DictConfig) 
             f"| {k} | {n} | {schedule} | {sum(not math.isinf(s) for s, _ in to)}/{len(runs)} | "
             f"{mark}{ci95(np.array(steps) / 1e6)}M | {mark}{ci95(walls)} | "
             + " | ".join(final) + f" | {np.mean([u.mean() for u in uniformity]):.3f} / "
-            f"{min(u.min() for u in uniformity):.3f} |")
+            f"{min(u.min() for u in uniformity) + 0.0:.3f} |")  # + 0.0: no "-0.000"
     lines += ["", "At equal wall-clock (the last check within the shortest run's training "
               "time at that K and N):", "",
               f"| K | N | schedule | wall-clock (s) | at criterion by then | {head} |",

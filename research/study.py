@@ -7,8 +7,9 @@ run and an interrupted study resumes by skipping those. Beside the curve it keep
 settings the run was trained with, so a study asked to run with other settings stops
 instead of reporting the old curve as the new experiment.
 
-Kept results may be gzipped (``<name>.csv.gz``, ``progress.jsonl.gz``): the readers here
-take either, and a study finds a gzipped curve as it finds a plain one.
+Curves are written gzipped (``<name>.csv.gz``), as results are kept; the readers here take
+plain files as well (older curves, ``progress.jsonl``), and a study finds a plain curve as it
+finds a gzipped one.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
 
 
 def curve_path(out_dir: Path, name: str) -> Path:
-    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve (``.csv``, or
-    ``.csv.gz`` where that is what is kept)."""
-    return stored(Path(out_dir) / "curves" / f"{name}.csv")
+    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve: ``.csv.gz``, or
+    the plain ``.csv`` where an older one was kept so."""
+    plain = Path(out_dir) / "curves" / f"{name}.csv"
+    return plain if plain.exists() else plain.with_name(plain.name + ".gz")
 
 
 def settings_path(curve: Path) -> Path:

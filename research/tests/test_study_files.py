@@ -49,10 +49,20 @@ def test_a_gzipped_curve_reads_as_the_plain_one(tmp_path):
     assert curve_path(tmp_path, "a_s0") == gz
 
 
+def test_a_new_curve_is_written_gzipped_and_an_old_plain_one_still_found(tmp_path):
+    write_curve(curve_path(tmp_path, "a_s0"), ROWS, {"seed": 0})
+    assert sorted(p.name for p in (tmp_path / "curves").iterdir()) == [
+        "a_s0.csv.gz", "a_s0.settings.json"]
+    with gzip.open(tmp_path / "curves" / "a_s0.csv.gz", "rt") as f:
+        assert f.readline().strip() == "iteration,env_steps,return"
+    write_csv(tmp_path / "curves" / "b_s0.csv", ROWS)
+    assert curve_path(tmp_path, "b_s0") == tmp_path / "curves" / "b_s0.csv"
+
+
 def test_a_gzipped_curve_is_a_finished_run_with_its_settings(tmp_path):
     settings = {"seed": 0, "algo": {"gamma": 0.99}}
     write_curve(curve_path(tmp_path, "a_s0"), ROWS, settings)
-    gz = gzip_file(tmp_path / "curves" / "a_s0.csv")
+    gz = tmp_path / "curves" / "a_s0.csv.gz"
     assert settings_path(gz) == tmp_path / "curves" / "a_s0.settings.json"
     path = curve_path(tmp_path, "a_s0")
     assert finished(path, "env_steps", 20, "env steps", settings)
