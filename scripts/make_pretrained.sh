@@ -16,15 +16,18 @@
 # About 30 min on a quiet 2-core CPU for stage 1, 10 min for stage 2, 17 min for stage 3,
 # about 7 min for stage 4 (4.9M env steps).
 # (The committed policy ran stage 3 as 500 iterations, then resumed to 800.)
+# The committed policy predates the left-right mirror in PPO (algo.symmetry, on by default
+# since), so every stage pins it off to retrain that policy.
 set -euo pipefail
+mirror=algo.symmetry=false
 cd "$(dirname "$0")/.."
-python scripts/train.py randomization=robust export=false run_dir=runs/pretrained_robust
-python scripts/train.py randomization=robust solver=fidelity max_iterations=900 export=false \
+python scripts/train.py randomization=robust $mirror export=false run_dir=runs/pretrained_robust
+python scripts/train.py randomization=robust $mirror solver=fidelity max_iterations=900 export=false \
     resume=runs/pretrained_robust/checkpoints/latest.pt run_dir=runs/pretrained_fidelity
 python scripts/train.py init_policy=runs/pretrained_fidelity/checkpoints/latest.pt \
-    randomization=sim2real export=false run_dir=runs/pretrained_sim2real
+    randomization=sim2real $mirror export=false run_dir=runs/pretrained_sim2real
 python scripts/train.py init_policy=runs/pretrained_sim2real/checkpoints/latest.pt \
-    randomization=sim2real task.rewards.weights.base_height=-20 max_iterations=400 \
+    randomization=sim2real $mirror task.rewards.weights.base_height=-20 max_iterations=400 \
     export=false run_dir=runs/pretrained_tall
 python scripts/export.py checkpoint=runs/pretrained_tall/checkpoints/latest.pt \
     out=robots/go1/pretrained
