@@ -5,7 +5,8 @@ Host reads are counted with a ``TorchFunctionMode`` on Warp's CPU device (on a G
 ``scripts/gpu_check.py`` runs the same steps under ``torch.cuda.set_sync_debug_mode``).
 What counts as a read: every op that makes the host wait for the device on CUDA
 (``item``, ``tolist``, ``numpy``, ``nonzero``, ``unique``, ``bincount``, conversions to
-bool, int or float, boolean-mask and list indexing), and every explicit device move
+bool, int or float, boolean-mask and list indexing, ``normal`` with a tensor std, which
+checks std >= 0 on the host), and every explicit device move
 (``cpu()``, ``cuda()``, ``to(device)``) and tensor made from host data, since on a CPU run
 the counter cannot tell a move that is free here from one that copies on a GPU.
 """
@@ -64,6 +65,9 @@ class HostReads(TorchFunctionMode):
             index = args[1] if isinstance(args[1], tuple) else (args[1],)
             return any(isinstance(i, list) or (isinstance(i, torch.Tensor)
                                                and i.dtype == torch.bool) for i in index)
+        if name == "normal":  # a tensor std is checked for >= 0 on the host
+            return isinstance(kwargs.get("std", args[1] if len(args) > 1 else None),
+                              torch.Tensor)
         return name == "where" and len(args) == 1 and not kwargs
 
 
@@ -71,12 +75,14 @@ def test_the_counter_sees_host_reads():
     x, ids = torch.arange(4.0), torch.tensor([0, 1])
     with HostReads() as reads:
         _ = x[ids] * 2 + torch.where(x > 1, x, 0.0).sum()  # none: index tensors, where
+        _ = torch.normal(x, 1.0) + torch.randn_like(x)
         assert reads.count == 0
         if x.sum() > 0:  # __bool__
             pass
         x.max().item(), x.tolist(), x.cpu(), x.to("cpu"), x.nonzero(), x[x > 1]
         int(x[0]), float(x[1]), torch.tensor([1.0]), torch.where(x > 1)
-    assert reads.count == 11
+        torch.normal(x, x)  # torch.distributions.Normal.sample
+    assert reads.count == 12
 
 
 def warp_runner(*overrides: str) -> Runner:

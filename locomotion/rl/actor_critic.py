@@ -134,7 +134,9 @@ class ActorCritic(nn.Module):
     def act(self, obs: Tensor, critic_obs: Tensor | None = None) -> PolicyStep:
         """Sample actions and return them with log-probs, values and distribution parameters."""
         dist = self.distribution(obs)
-        actions = dist.sample()
+        # rsample draws the same numbers as sample, which checks std >= 0 on the host: one
+        # GPU synchronization per env step
+        actions = dist.rsample()
         return PolicyStep(
             actions=actions,
             log_prob=dist.log_prob(actions).sum(-1),
