@@ -367,39 +367,21 @@ def worker_sync(device: str, num_envs: int, small: bool = False,
     import warnings
 
     import torch
-    from torch.overrides import TorchFunctionMode
 
     from locomotion.config import load_config
+    from locomotion.envs.host_reads import HostReads, code_site
     from locomotion.rl.runner import Runner
     from locomotion.tasks import make_env
-
-    reads = {"item", "tolist", "numpy", "cpu", "nonzero", "unique", "bincount",
-             "masked_select", "repeat_interleave", "__bool__", "__int__", "__float__"}
-
-    class Reads(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.count = 0
-            self.sites: Counter[str] = Counter()
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            name = getattr(func, "__name__", "")
-            if name in reads or (name == "to" and any(isinstance(a, str | torch.device)
-                                                      for a in args[1:])):
-                self.count += 1
-                frame = traceback.extract_stack()[-2]
-                self.sites[f"{Path(frame.filename).name}:{frame.lineno} {frame.name}"] += 1
-            return func(*args, **(kwargs or {}))
 
     cuda = device.startswith("cuda")
 
     def measure(fn) -> int:
         """Host reads (CPU) or CUDA synchronizations while ``fn`` runs."""
         if not cuda:
-            with Reads() as counter:
+            with HostReads() as reads:
                 fn()
-            sites.update(counter.sites)
-            return counter.count
+            sites.update(reads.where)
+            return reads.count
         torch.cuda.synchronize()
         count = 0
 
@@ -407,11 +389,7 @@ def worker_sync(device: str, num_envs: int, small: bool = False,
             nonlocal count
             if "called a synchronizing CUDA operation" in str(message):
                 count += 1
-                ours = [f for f in traceback.extract_stack()[:-1]
-                        if "/locomotion/" in f.filename]
-                frames = ours[-1:] or traceback.extract_stack()[-12:-1]
-                sites[" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
-                                 for f in reversed(frames))] += 1
+                sites[code_site(traceback.extract_stack()[:-1])] += 1
 
         with warnings.catch_warnings():
             warnings.simplefilter("always")

@@ -1,74 +1,26 @@
 """The env's masked step mode, a GPU's: no host reads per env step, a seed repeats its run,
 and finished episodes are reported and respawned as in the indexed mode.
 
-Host reads are counted with a ``TorchFunctionMode`` on Warp's CPU device (on a GPU,
-``scripts/gpu_check.py`` runs the same steps under ``torch.cuda.set_sync_debug_mode``).
-What counts as a read: every op that makes the host wait for the device on CUDA
-(``item``, ``tolist``, ``numpy``, ``nonzero``, ``unique``, ``bincount``, conversions to
-bool, int or float, boolean-mask and list indexing, ``normal`` with a tensor std, which
-checks std >= 0 on the host), and every explicit device move
-(``cpu()``, ``cuda()``, ``to(device)``) and tensor made from host data, since on a CPU run
-the counter cannot tell a move that is free here from one that copies on a GPU.
+Host reads are counted with ``locomotion.envs.host_reads.HostReads`` on Warp's CPU device (on
+a GPU, ``scripts/gpu_check.py`` runs the same steps under
+``torch.cuda.set_sync_debug_mode``).
 """
 
 from __future__ import annotations
 
-import traceback
-from collections import Counter
-
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from locomotion.config import load_config
+from locomotion.envs.host_reads import HostReads
 from locomotion.envs.vec_env import EpisodeBatch
 from locomotion.rl.runner import Runner
 from locomotion.tasks import make_env
 
-READS = {"item", "tolist", "numpy", "cpu", "cuda", "nonzero", "argwhere", "unique",
-         "unique_consecutive", "bincount", "masked_select", "repeat_interleave", "__bool__",
-         "__int__", "__float__", "__index__"}
 SMALL = ["num_envs=8", "algo.num_steps=16", "task.episode_length_s=0.2",
          "logging.tensorboard=false", "algo.policy.actor_hidden_dims=[32]",
          "algo.policy.critic_hidden_dims=[32]"]
 PUSH_OFTEN = "randomization.events.push.interval_s=[0.02,0.1]"  # pushes fire in a rollout
-
-
-class HostReads(TorchFunctionMode):
-    """Counts the torch calls that read the device from the host (module docstring)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-        self.where: Counter[str] = Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self._reads(getattr(func, "__name__", ""), args, kwargs):
-            self.count += 1
-            ours = [f for f in traceback.extract_stack()[:-1]
-                    if "/locomotion/" in f.filename or "/tasks/" in f.filename]
-            where = f"{ours[-1].filename.rsplit('/', 2)[-2:]}:{ours[-1].lineno}" if ours else "?"
-            self.where[f"{func.__name__} at {where}"] += 1
-        return func(*args, **kwargs)
-
-    @staticmethod
-    def _reads(name: str, args: tuple, kwargs: dict) -> bool:
-        if name in READS:
-            return True
-        if name == "to":  # a device named, or another tensor's device
-            return any(isinstance(a, str | torch.device | torch.Tensor)
-                       for a in (*args[1:], *kwargs.values()))
-        if name in ("tensor", "as_tensor"):
-            return bool(args) and not isinstance(args[0], torch.Tensor)
-        if name in ("__getitem__", "__setitem__") and len(args) > 1:
-            index = args[1] if isinstance(args[1], tuple) else (args[1],)
-            return any(isinstance(i, list) or (isinstance(i, torch.Tensor)
-                                               and i.dtype == torch.bool) for i in index)
-        if name == "normal":  # a tensor std is checked for >= 0 on the host
-            return isinstance(kwargs.get("std", args[1] if len(args) > 1 else None),
-                              torch.Tensor)
-        return name == "where" and len(args) == 1 and not kwargs
 
 
 def test_the_counter_sees_host_reads():
