@@ -375,8 +375,9 @@ def worker_sync(device: str, num_envs: int, small: bool = False,
 
     cuda = device.startswith("cuda")
 
-    def measure(fn) -> int:
-        """Host reads (CPU) or CUDA synchronizations while ``fn`` runs."""
+    def measure(fn, sites: Counter[str]) -> int:
+        """Host reads (CPU) or CUDA synchronizations while ``fn`` runs, tallied by code
+        site into ``sites``."""
         if not cuda:
             with HostReads() as reads:
                 fn()
@@ -417,8 +418,8 @@ def worker_sync(device: str, num_envs: int, small: bool = False,
         runner.storage.clear()
         actions = torch.zeros(env.num_envs, env.num_actions, device=env.device)
         env_reads = measure(lambda env=env, actions=actions: [env.step(actions)
-                                                              for _ in range(8)])
-        rollout = measure(runner._collect)
+                                                              for _ in range(8)], sites)
+        rollout = measure(runner._collect, sites)
         out[name] = {"env_step_reads": env_reads / 8,
                      "rollout_reads_per_step": rollout / runner.num_steps,
                      "rollout_reads": rollout, "what": "syncs" if cuda else "host reads",
