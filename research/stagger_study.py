@@ -10,6 +10,7 @@ an interrupted grid resumes where it stopped. Then the figures and the summary t
     python -m research.stagger_study task=flat_velocity jobs=2   # the quadruped grid (~2 h)
     python -m research.stagger_study task=gaits jobs=2      # gait-conditioned walking
     python -m research.stagger_study grid.rollout_lengths=[8] study.toy.seeds=[0,1,2]
+    python -m research.stagger_study task=flat_velocity entry=flat_core report_only=true
 
 The settings of a study (budget, N values, seeds, schedules, what counts as learned) are
 the entry ``study.<entry>`` of its config, by default the task's; an entry may run its task
@@ -19,7 +20,8 @@ gait tasks the ``success`` rate: the share of episodes that survive, track the c
 keep the gait schedule, as the multitask subtasks judge them.
 
 ``jobs=J`` trains J cells at once, each process pinned to its own core (Linux), so runs
-do not share a core and their wall-clock curves stay comparable.
+do not share a core and their wall-clock curves stay comparable; ``report_only=true``
+redraws the tables and figures from the cells finished so far.
 
 The return (and success rate) of a point is the mean over the whole episodes that ended in
 the last ceil(H / K) iterations: under sync every episode ends in the same iteration, and
@@ -494,76 +496,131 @@ def checks_of(curve: dict[str, np.ndarray]) -> np.ndarray:
     return np.flatnonzero(~np.isnan(curve["check_passed"]))
 
 
+def training_time(curve: dict[str, np.ndarray]) -> np.ndarray:
+    """A run's wall-clock at each row in env steps of its own training speed: wall seconds
+    over its median seconds per iteration, times the env steps of one iteration.
+
+    A cell's speed moved with the machine's between sittings (2.3k to 3.6k env steps/s),
+    more than it differs between schedules in one sitting, so raw seconds compare only runs
+    that trained side by side. In this unit a run without a warm-up reads about its env
+    steps, and a staggered start adds its warm-up, counted in iterations of training.
+    """
+    per_iteration = np.median(np.diff(curve["wall_s"]))
+    return curve["wall_s"] / per_iteration * np.median(np.diff(curve["env_steps"]))
+
+
 def at_criterion(curve: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(env steps, wall s) of the first check that met the criterion; inf if none did (a
-    censored run: it counts as later than any run that got there)."""
+    """(env steps, training time) of the first check that met the criterion; inf if none
+    did (a censored run: it counts as later than any run that got there)."""
     hit = [i for i in checks_of(curve) if curve["check_passed"][i] == 1.0]
     if not hit:
         return math.inf, math.inf
-    return float(curve["env_steps"][hit[0]]), float(curve["wall_s"][hit[0]])
+    return float(curve["env_steps"][hit[0]]), float(training_time(curve)[hit[0]])
 
 
 def checks_tables(curves: dict[Cell, dict[str, np.ndarray]], study: DictConfig) -> str:
-    """The checks' tables: per (K, N, schedule), seeds at the criterion, env steps and
-    wall-clock to it (95 % intervals; a censored run enters at the budget, marked >=), the
-    final check's means; the same metrics at equal wall-clock (each run's last check within
-    the shortest run's training time at that K and N); seeds ahead of sync, paired."""
+    """The checks' tables: per (K, N, schedule) at equal env steps and at equal training
+    time, seeds ahead of sync paired, and every run on its own."""
     bounds = dict(study.criterion)
     shown = ["tracking_error", *(k[4:] for k in bounds if k[4:] != "tracking_error")]
-    groups = by_group_cells(curves)
+    groups = by_group(curves)
     crit = ", ".join(f"{k[4:]} {'>=' if k.startswith('min') else '<='} {v}"
                      for k, v in bounds.items())
+    return "\n".join([
+        f"Criterion of the deterministic-policy checks: {crit}. Intervals: 95 % t over "
+        "seeds; a run that never met the criterion enters at its budget (>=). Training "
+        "time: a run's wall-clock in env steps of its own training speed (its seconds over "
+        "its median seconds per iteration, times the env steps of an iteration), which "
+        "counts a staggered start's warm-up and not the machine's speed.", "",
+        equal_steps_table(groups, shown), equal_time_table(groups, shown),
+        paired_table(curves, groups), per_run_table(curves, shown)])
+
+
+def equal_steps_table(groups: dict[tuple[str, int, int], list[dict]], shown: list[str]) -> str:
+    """Per (K, N, schedule): seeds at the criterion, env steps and training time to it, the
+    final check's means and the phase uniformity over training."""
     head = " | ".join(shown)
-    lines = [f"Criterion of the deterministic-policy checks: {crit}. Intervals: 95 % t over "
-             "seeds; a run that never met the criterion enters at its budget (>=).", "",
-             "At equal env steps:", "",
-             f"| K | N | schedule | at criterion | env steps to it | wall-clock to it (s) | "
+    lines = ["At equal env steps:", "",
+             f"| K | N | schedule | at criterion | env steps to it | training time to it | "
              f"final {head} | phase uniformity mean / lowest |",
              "|---|---|---|---|---|---|" + "---|" * len(shown) + "---|"]
-    wall_budget = {}
-    for (schedule, k, n), cells in groups.items():
-        runs = [curves[c] for c in cells]
-        wall_budget[k, n] = min(wall_budget.get((k, n), math.inf),
-                                *(float(r["wall_s"][-1]) for r in runs))
+    for (schedule, k, n), runs in groups.items():
         to = [at_criterion(r) for r in runs]
-        censored = any(math.isinf(s) for s, _ in to)
-        mark = ">= " if censored else ""
-        steps = [s if not math.isinf(s) else float(r["env_steps"][-1]) for (s, _), r in
-                 zip(to, runs, strict=True)]
-        walls = [w if not math.isinf(w) else float(r["wall_s"][-1]) for (_, w), r in
-                 zip(to, runs, strict=True)]
+        mark = ">= " if any(math.isinf(s) for s, _ in to) else ""
+        steps = [s if not math.isinf(s) else float(r["env_steps"][-1])
+                 for (s, _), r in zip(to, runs, strict=True)]
+        times = [t if not math.isinf(t) else float(training_time(r)[-1])
+                 for (_, t), r in zip(to, runs, strict=True)]
         final = [ci95([r[f"check_{m}"][checks_of(r)[-1]] for r in runs]) for m in shown]
         uniformity = [r["phase_uniformity"] for r in runs]
         lines.append(
             f"| {k} | {n} | {schedule} | {sum(not math.isinf(s) for s, _ in to)}/{len(runs)} | "
-            f"{mark}{ci95(np.array(steps) / 1e6)}M | {mark}{ci95(walls)} | "
+            f"{mark}{ci95(np.array(steps) / 1e6)}M | {mark}{ci95(np.array(times) / 1e6)}M | "
             + " | ".join(final) + f" | {np.mean([u.mean() for u in uniformity]):.3f} / "
             f"{min(u.min() for u in uniformity) + 0.0:.3f} |")  # + 0.0: no "-0.000"
-    lines += ["", "At equal wall-clock (the last check within the shortest run's training "
-              "time at that K and N):", "",
-              f"| K | N | schedule | wall-clock (s) | at criterion by then | {head} |",
-              "|---|---|---|---|---|" + "---|" * len(shown)]
-    for (schedule, k, n), cells in groups.items():
-        runs, budget = [curves[c] for c in cells], wall_budget[k, n]
-        last = [max((i for i in checks_of(r) if r["wall_s"][i] <= budget),
+    return "\n".join(lines) + "\n"
+
+
+def equal_time_table(groups: dict[tuple[str, int, int], list[dict]], shown: list[str]) -> str:
+    """Per (K, N, schedule): the checks' means at the shortest run's training time at that
+    K and N (each run's last check within it)."""
+    budget: dict[tuple[int, int], float] = {}
+    for (_, k, n), runs in groups.items():
+        budget[k, n] = min(budget.get((k, n), math.inf),
+                           *(float(training_time(r)[-1]) for r in runs))
+    lines = ["At equal training time (the last check within the shortest run's training "
+             "time at that K and N):", "",
+             f"| K | N | schedule | training time | at criterion by then | "
+             f"{' | '.join(shown)} |", "|---|---|---|---|---|" + "---|" * len(shown)]
+    for (schedule, k, n), runs in groups.items():
+        within = budget[k, n]
+        last = [max((i for i in checks_of(r) if training_time(r)[i] <= within),
                     default=checks_of(r)[0]) for r in runs]
-        met = sum(at_criterion(r)[1] <= budget for r in runs)
-        lines.append(f"| {k} | {n} | {schedule} | {budget:.0f} | {met}/{len(runs)} | "
+        met = sum(at_criterion(r)[1] <= within for r in runs)
+        lines.append(f"| {k} | {n} | {schedule} | {within / 1e6:.2f}M | {met}/{len(runs)} | "
                      + " | ".join(ci95([r[f"check_{m}"][i] for r, i in zip(runs, last,
                                                                            strict=True)])
                                   for m in shown) + " |")
-    lines += ["", "Seeds that met the criterion before sync with the same seed (a censored "
-              "run is later than any other; ties are neither):", "",
-              "| K | N | schedule | sooner in env steps | sooner in wall-clock |",
-              "|---|---|---|---|---|"]
-    for (schedule, k, n), cells in groups.items():
-        pairs = [(curves[c], curves[sync]) for c in cells
-                 if schedule != "sync" and (sync := Cell("sync", k, n, c.seed)) in curves]
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(curves: dict[Cell, dict[str, np.ndarray]],
+                 groups: dict[tuple[str, int, int], list[dict]]) -> str:
+    """Per (K, N, schedule): seeds that met the criterion before sync with the same seed."""
+    lines = ["Seeds that met the criterion before sync with the same seed (a censored run is "
+             "later than any other; ties are neither):", "",
+             "| K | N | schedule | sooner in env steps | sooner in training time |",
+             "|---|---|---|---|---|"]
+    for schedule, k, n in groups:
+        pairs = [(curves[c], curves[sync]) for c in curves if c.group == (schedule, k, n)
+                 and schedule != "sync" and (sync := Cell("sync", k, n, c.seed)) in curves]
         if pairs:
             won = [sum(at_criterion(a)[j] < at_criterion(b)[j] for a, b in pairs)
                    for j in (0, 1)]
             lines.append(f"| {k} | {n} | {schedule} | {won[0]}/{len(pairs)} | "
                          f"{won[1]}/{len(pairs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def per_run_table(curves: dict[Cell, dict[str, np.ndarray]], shown: list[str]) -> str:
+    """Every run: its first check at the criterion in env steps, seconds and training time,
+    its speed, the final check's means and its phase uniformity over training."""
+    lines = ["Every run (seconds compare only runs that trained side by side):", "",
+             f"| K | N | schedule | seed | env steps to it | wall-clock to it (s) | training "
+             f"time to it | env steps/s | final {' | '.join(shown)} | phase uniformity mean "
+             "/ lowest |", "|---|---|---|---|---|---|---|---|" + "---|" * len(shown) + "---|"]
+    for cell in sorted(curves, key=lambda c: (c.rollout_length, c.num_envs, c.seed,
+                                              list(COLORS).index(c.schedule))):
+        r = curves[cell]
+        hit = [i for i in checks_of(r) if r["check_passed"][i] == 1.0]
+        to = (f"{r['env_steps'][hit[0]] / 1e6:.2f}M | {r['wall_s'][hit[0]]:,.0f} | "
+              f"{training_time(r)[hit[0]] / 1e6:.2f}M" if hit else "never | - | -")
+        speed = np.median(np.diff(r["env_steps"])) / np.median(np.diff(r["wall_s"]))
+        final = " | ".join(f"{r[f'check_{m}'][checks_of(r)[-1]]:.3f}" for m in shown)
+        u = r["phase_uniformity"]
+        lines.append(f"| {cell.rollout_length} | {cell.num_envs} | {cell.schedule} | "
+                     f"{cell.seed} | {to} | {speed:,.0f} | {final} | {u.mean():.3f} / "
+                     f"{u.min() + 0.0:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -732,9 +789,11 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
 @hydra.main(config_path="configs", config_name="stagger_study", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(cfg.out_dir))
-    start = time.perf_counter()
-    ran = run_grid(cfg, out_dir, int(cfg.jobs))
-    print(f"ran {len(ran)} of {len(grid_cells(cfg))} runs in {time.perf_counter() - start:.0f} s")
+    if not cfg.report_only:
+        start = time.perf_counter()
+        ran = run_grid(cfg, out_dir, int(cfg.jobs))
+        print(f"ran {len(ran)} of {len(grid_cells(cfg))} runs in "
+              f"{time.perf_counter() - start:.0f} s")
     report(cfg, out_dir)
     print(f"figures and summary in {out_dir}")
 

@@ -152,37 +152,54 @@ def test_checked_cells_write_checks_and_the_tables_compare_them(tmp_path):
     tables = (tmp_path / "checks.md").read_text()
     assert "tracking_error <= 0.15, no_fall >= 0.95" in tables
     assert "| 8 | 8 | phase_locked | 0/2 | >= 0.000192 ± 0M |" in tables
-    assert "At equal wall-clock" in tables
+    assert "At equal training time" in tables
     assert "| 8 | 8 | phase_locked | 0/2 | 0/2 |" in tables
 
 
+def test_training_time_counts_the_warm_up_and_not_the_machine_speed():
+    """Two runs of the same steps, one on a machine twice as fast, read the same training
+    time; a warm-up of 3 iterations' time before the first one adds 3 iterations."""
+    steps = np.arange(1.0, 6.0) * 1e6
+    slow = {"env_steps": steps, "wall_s": np.arange(1.0, 6.0) * 20.0}
+    fast = {"env_steps": steps, "wall_s": np.arange(1.0, 6.0) * 10.0}
+    warm = {"env_steps": steps, "wall_s": np.arange(4.0, 9.0) * 10.0}
+    np.testing.assert_allclose(study.training_time(slow), steps)
+    np.testing.assert_allclose(study.training_time(fast), steps)
+    np.testing.assert_allclose(study.training_time(warm), steps + 3e6)
+
+
 def test_checks_tables_count_censored_runs_as_later():
-    def curve(passed_at: int | None, wall: float) -> dict[str, np.ndarray]:
+    def curve(passed_at: int | None, warm_up: float, speed: float) -> dict[str, np.ndarray]:
         passed = np.full(4, np.nan)
         passed[1::2] = 0.0
         if passed_at is not None:
             passed[passed_at] = 1.0
         return {"env_steps": np.array([1.0, 2.0, 3.0, 4.0]) * 1e6,
-                "wall_s": np.array([1.0, 2.0, 3.0, 4.0]) * wall,
+                "wall_s": (np.array([1.0, 2.0, 3.0, 4.0]) + warm_up) / speed,
                 "check_passed": passed, "check_tracking_error": np.where(np.isnan(passed),
                                                                          np.nan, 0.1),
                 "check_survival": np.where(np.isnan(passed), np.nan, 0.97),
                 "phase_uniformity": np.ones(4)}
 
-    curves = {study.Cell("sync", 8, 4096, 0): curve(3, 10.0),
-              study.Cell("sync", 8, 4096, 1): curve(None, 10.0),
-              study.Cell("staggered", 8, 4096, 0): curve(1, 11.0),
-              study.Cell("staggered", 8, 4096, 1): curve(3, 11.0)}
+    # staggered has half an iteration of warm-up and ran on a faster machine
+    curves = {study.Cell("sync", 8, 4096, 0): curve(3, 0.0, 1.0),
+              study.Cell("sync", 8, 4096, 1): curve(None, 0.0, 1.0),
+              study.Cell("staggered", 8, 4096, 0): curve(1, 0.5, 3.0),
+              study.Cell("staggered", 8, 4096, 1): curve(3, 0.5, 3.0)}
     study_cfg = load_config("stagger_study", ["task=flat_velocity",
                                               "entry=flat_core"]).study.flat_core
     tables = study.checks_tables(curves, study_cfg)
-    # sync: 4M and >= 4M (censored); staggered: 2M and 4M
-    assert "| 8 | 4096 | sync | 1/2 | >= 4 ± 0M |" in tables
-    assert "| 8 | 4096 | staggered | 2/2 | 3 ± 13M |" in tables
-    # equal wall-clock: 40 s, the shortest run; staggered's 4M check came at 44 s
-    assert "| 8 | 4096 | staggered | 40 | 1/2 |" in tables
-    # paired: seed 0 sooner (2M against 4M), seed 1 sooner than a censored sync run
+    # sync: 4M and >= 4M (censored); staggered: 2M and 4M, at 2.5M and 4.5M training time
+    assert "| 8 | 4096 | sync | 1/2 | >= 4 ± 0M | >= 4 ± 0M |" in tables
+    assert "| 8 | 4096 | staggered | 2/2 | 3 ± 13M | 3.5 ± 13M |" in tables
+    # equal training time: 4M, the shortest run; staggered's 4M check came at 4.5M
+    assert "| 8 | 4096 | staggered | 4.00M | 1/2 |" in tables
+    # paired: seed 0 sooner in both (2M against 4M, 2.5M against 4M); seed 1 sooner than a
+    # censored sync run in both
     assert "| 8 | 4096 | staggered | 2/2 | 2/2 |" in tables
+    # every run, with its seconds and its speed (1M env steps per iteration of 1/3 s)
+    assert "| 8 | 4096 | staggered | 0 | 2.00M | 1 | 2.50M | 3,000,000 | 0.100 |" in tables
+    assert "| 8 | 4096 | sync | 1 | never | - | - | 1,000,000 |" in tables
 
 
 def test_the_grid_runs_seed_by_seed():
