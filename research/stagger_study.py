@@ -66,7 +66,8 @@ if TYPE_CHECKING:
 
 COLORS = {"sync": "tab:red", "random_counter": "tab:orange", "staggered": "tab:blue",
           "phase_locked": "tab:green", "staggered-random": "tab:purple",
-          "staggered-policy": "tab:cyan"}
+          "staggered-policy": "tab:cyan", "staggered-none": "tab:brown",
+          "phase_locked-none": "tab:olive"}
 LINESTYLES = ("-", "--", ":", "-.")
 
 

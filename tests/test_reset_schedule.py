@@ -33,10 +33,11 @@ def test_restart_counters_by_schedule():
     assert torch.equal(locked.offsets(), staggered.offsets())
 
 
-def run_with_falls(schedule: str, step_mode: str, steps: int = H + 2 * K):
+def run_with_falls(schedule: str, step_mode: str, steps: int = H + 2 * K, warmup: str = "zero"):
     """Random actions for ``steps`` steps; the phase uniformity of every K-step batch, and
     per step the counters [N] and (terminated, truncated, episode statistics)."""
-    env = make_env(load_config("env", [*FALLS, f"reset={schedule}", f"step_mode={step_mode}"]))
+    env = make_env(load_config("env", [*FALLS, f"reset={schedule}", f"step_mode={step_mode}",
+                                       f"reset.warmup={warmup}"]))
     env.reset()
     gen = torch.Generator().manual_seed(0)
     uniformity, counters, ends = [], [], []
@@ -66,6 +67,34 @@ def test_phase_locked_keeps_the_stagger_through_frequent_falls(step_mode):
     for t, (counter, (term, trunc, _)) in enumerate(zip(counters, ends, strict=True), 1):
         assert torch.equal(counter, (offsets + t) % H)  # the group's phase, falls or not
         assert torch.equal(trunc, ~term & (counter == 0))  # time-outs: the group's only
+
+
+def test_the_none_warm_up_sets_counters_and_simulates_nothing():
+    """reset.warmup=none: each group's counter starts at its offset while every robot starts
+    fresh (sync's states, nothing simulated); phase_locked then keeps that spread through
+    frequent falls, and the first episodes of the groups with an offset count as partial."""
+    envs = {name: make_env(load_config("env", [*FALLS, f"reset={name}", "reset.warmup=none"]))
+            for name in ("sync", "phase_locked")}
+    for env in envs.values():
+        env.reset()
+    locked, fresh = envs["phase_locked"], envs["sync"]
+    assert not locked.schedule.prewarm
+    assert torch.equal(locked.episode_length, locked.schedule.offsets())
+    assert len(set(locked.episode_length.tolist())) == locked.schedule.num_groups > 1
+    assert (locked.sim.state[:, 0] == 0).all()
+    assert torch.equal(locked.sim.qpos, fresh.sim.qpos)
+    for env in envs.values():
+        env.close()
+    uniformity, counters, ends, offsets = run_with_falls("phase_locked", "indexed",
+                                                         warmup="none")
+    assert sum(int(term.sum()) for term, _, _ in ends) > 3 * N
+    assert min(uniformity) >= 0.95
+    first = {}
+    for t, (counter, (term, trunc, episode)) in enumerate(zip(counters, ends, strict=True), 1):
+        assert torch.equal(counter, (offsets + t) % H)
+        for j, i in enumerate((term | trunc).nonzero().squeeze(1).tolist()):
+            first.setdefault(i, float(episode["partial"][j]))
+    assert all(first[i] == float(offsets[i] > 0) for i in first) and len(first) == N
 
 
 def test_phase_locked_episode_statistics():

@@ -14,6 +14,12 @@ group's phase: a fall respawns the robot but leaves its time-out counter running
 next time-out falls where its group's does and only time-outs restart a counter at 0. The
 episode that follows a fall thus starts part-way into the horizon with a fresh robot, as
 ``random_counter``'s first episodes do, and counts as partial.
+
+The warm-up that pre-advances the groups simulates about H/2 steps of the whole batch
+before training (``zero`` actions hold the default pose, ``random`` ones shake it,
+``policy`` plays the policy being trained); ``none`` skips it and only sets each group's
+counter to its offset, so the groups' time-outs are spread from the first iteration while
+every robot starts fresh, and the first episodes count as partial.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from locomotion.config_checks import ConfigError
 
 SCHEDULES = ("sync", "random_counter", "staggered", "phase_locked")
 STAGGERED = ("staggered", "phase_locked")  # groups at offsets, pre-advanced by a warm-up
-WARMUPS = ("zero", "random", "policy")
+WARMUPS = ("zero", "random", "policy", "none")
 
 
 class ResetSchedule:
@@ -54,8 +60,9 @@ class ResetSchedule:
 
     @property
     def prewarm(self) -> bool:
-        """Whether states must be advanced before training (the staggered schedules)."""
-        return self.schedule in STAGGERED and self.num_groups > 1
+        """Whether states must be advanced before training (the staggered schedules, unless
+        their warm-up is ``none``)."""
+        return self.schedule in STAGGERED and self.num_groups > 1 and self.warmup != "none"
 
     def offsets(self) -> torch.Tensor:
         """Target episode step of every env when training starts [N]."""

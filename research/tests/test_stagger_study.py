@@ -119,6 +119,8 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     warmup = load_config("stagger_study", ["task=flat_velocity", "entry=flat_warmup"])
     reset = study.cell_config(warmup, study.Cell("staggered-policy", 8, 4096, 0)).reset
     assert (reset.schedule, reset.warmup) == ("staggered", "policy")
+    reset = study.cell_config(warmup, study.Cell("phase_locked-none", 8, 4096, 0)).reset
+    assert (reset.schedule, reset.warmup) == ("phase_locked", "none")
 
 
 def test_policy_checks_refuse_an_unknown_bound():
