@@ -762,6 +762,27 @@ def plot_scaling(rows: list[dict], path: Path, metric: str = "return") -> None:
     plt.close(fig)
 
 
+def finished_curves(cfg: DictConfig, out_dir: Path) -> dict[Cell, dict[str, np.ndarray]]:
+    """The curves of the grid's cells that have finished, by cell."""
+    return {c: read_csv(path) for c in grid_cells(cfg)
+            if (path := curve_path(out_dir, c.name)).exists()}
+
+
+def compared_curves(cfg: DictConfig, out_dir: Path) -> dict[Cell, dict[str, np.ndarray]]:
+    """The finished curves of the entry named by ``compare_with`` (its own grid, in its
+    folder beside ``out_dir``), so an entry of variants reports them beside the schedules
+    they vary, sync included; none where the entry names none."""
+    name = study_settings(cfg).get("compare_with")
+    if name is None:
+        return {}
+    other = cfg.copy()
+    with open_dict(other):
+        other.entry = name
+        other.grid = {"schedules": list(other.study[name].schedules),
+                      "rollout_lengths": list(other.study[name].rollout_lengths)}
+    return finished_curves(other, out_dir.parent / name)
+
+
 def report(cfg: DictConfig, out_dir: Path) -> None:
     """Summary tables and figures from the finished curves of this study in ``out_dir`` (a
     grid still running is summarized as far as it got)."""
@@ -770,8 +791,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     matplotlib.use("Agg")
     study = study_settings(cfg)
     threshold, metric = float(study.threshold), metric_of(study)
-    curves = {c: read_csv(path) for c in grid_cells(cfg)
-              if (path := curve_path(out_dir, c.name)).exists()}
+    curves = finished_curves(cfg, out_dir)
     if not curves:
         print(f"no finished runs in {out_dir} yet")
         return
@@ -779,7 +799,8 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     budget = max(cell_budget(study, c) for c in curves)
     write_summary(curves, rows, out_dir, threshold, budget, metric)
     if "criterion" in study:
-        (out_dir / "checks.md").write_text(checks_tables(curves, study))
+        (out_dir / "checks.md").write_text(
+            checks_tables({**compared_curves(cfg, out_dir), **curves}, study))
     for x, name in (("env_steps", "env_steps"), ("wall_s", "wall_clock")):
         plot_metric(curves, x, threshold, out_dir / f"{metric}_vs_{name}.png", metric)
     plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")

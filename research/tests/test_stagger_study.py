@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from research import stagger_study as study
-from research.study import load_config, read_csv
+from research.study import load_config, read_csv, write_curve
 
 TINY_POLICY = ["algo.policy.actor_hidden_dims=[16]", "algo.policy.critic_hidden_dims=[16]"]
 
@@ -202,6 +202,22 @@ def test_checks_tables_count_censored_runs_as_later():
     # every run, with its seconds and its speed (1M env steps per iteration of 1/3 s)
     assert "| 8 | 4096 | staggered | 0 | 2.00M | 1 | 2.50M | 3,000,000 | 0.100 |" in tables
     assert "| 8 | 4096 | sync | 1 | never | - | - | 1,000,000 |" in tables
+
+
+def test_an_entry_of_variants_reports_the_cells_it_compares_with(tmp_path):
+    """flat_warmup's tables take flat_core's finished cells (sync among them) from the
+    folder beside its own, whatever schedules this run of the grid was limited to."""
+    cfg = load_config("stagger_study", ["task=flat_velocity", "entry=flat_warmup",
+                                        "grid.schedules=[phase_locked-none]"])
+    sync = study.Cell("sync", 8, 4096, 3)
+    rows = [{"iteration": 1, "env_steps": 32768, "wall_s": 1.0}]
+    write_curve(study.curve_path(tmp_path / "flat_core", sync.name), rows, {})
+    write_curve(study.curve_path(tmp_path / "flat_warmup", "sync_K8_N4096_s4"), rows, {})
+    compared = study.compared_curves(cfg, tmp_path / "flat_warmup")
+    assert list(compared) == [sync]
+    assert compared[sync]["env_steps"].tolist() == [32768]
+    core = load_config("stagger_study", ["task=flat_velocity", "entry=flat_core"])
+    assert study.compared_curves(core, tmp_path / "flat_core") == {}
 
 
 def test_the_grid_runs_seed_by_seed():
