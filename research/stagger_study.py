@@ -510,13 +510,18 @@ def training_time(curve: dict[str, np.ndarray]) -> np.ndarray:
     return curve["wall_s"] / per_iteration * np.median(np.diff(curve["env_steps"]))
 
 
+def first_pass(curve: dict[str, np.ndarray]) -> int | None:
+    """Row of the first check that met the criterion; None if none did."""
+    return next((i for i in checks_of(curve) if curve["check_passed"][i] == 1.0), None)
+
+
 def at_criterion(curve: dict[str, np.ndarray]) -> tuple[float, float]:
     """(env steps, training time) of the first check that met the criterion; inf if none
     did (a censored run: it counts as later than any run that got there)."""
-    hit = [i for i in checks_of(curve) if curve["check_passed"][i] == 1.0]
-    if not hit:
+    i = first_pass(curve)
+    if i is None:
         return math.inf, math.inf
-    return float(curve["env_steps"][hit[0]]), float(training_time(curve)[hit[0]])
+    return float(curve["env_steps"][i]), float(training_time(curve)[i])
 
 
 def checks_tables(curves: dict[Cell, dict[str, np.ndarray]], study: DictConfig) -> str:
@@ -575,8 +580,8 @@ def equal_time_table(groups: dict[tuple[str, int, int], list[dict]], shown: list
              f"{' | '.join(shown)} |", "|---|---|---|---|---|" + "---|" * len(shown)]
     for (schedule, k, n), runs in groups.items():
         within = budget[k, n]
-        last = [max((i for i in checks_of(r) if training_time(r)[i] <= within),
-                    default=checks_of(r)[0]) for r in runs]
+        last = [max((i for i in checks_of(r) if t[i] <= within), default=checks_of(r)[0])
+                for r, t in ((r, training_time(r)) for r in runs)]
         met = sum(at_criterion(r)[1] <= within for r in runs)
         lines.append(f"| {k} | {n} | {schedule} | {within / 1e6:.2f}M | {met}/{len(runs)} | "
                      + " | ".join(ci95([r[f"check_{m}"][i] for r, i in zip(runs, last,
@@ -613,9 +618,9 @@ def per_run_table(curves: dict[Cell, dict[str, np.ndarray]], shown: list[str]) -
     for cell in sorted(curves, key=lambda c: (c.rollout_length, c.num_envs, c.seed,
                                               list(COLORS).index(c.schedule))):
         r = curves[cell]
-        hit = [i for i in checks_of(r) if r["check_passed"][i] == 1.0]
-        to = (f"{r['env_steps'][hit[0]] / 1e6:.2f}M | {r['wall_s'][hit[0]]:,.0f} | "
-              f"{training_time(r)[hit[0]] / 1e6:.2f}M" if hit else "never | - | -")
+        i = first_pass(r)
+        to = (f"{r['env_steps'][i] / 1e6:.2f}M | {r['wall_s'][i]:,.0f} | "
+              f"{training_time(r)[i] / 1e6:.2f}M" if i is not None else "never | - | -")
         speed = np.median(np.diff(r["env_steps"])) / np.median(np.diff(r["wall_s"]))
         final = " | ".join(f"{r[f'check_{m}'][checks_of(r)[-1]]:.3f}" for m in shown)
         u = r["phase_uniformity"]
