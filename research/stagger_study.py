@@ -291,11 +291,13 @@ class PolicyChecks:
 
 
 def policy_checks(cfg: DictConfig, run_cfg: DictConfig) -> PolicyChecks | None:
-    """The checks of an entry with a ``criterion``; None for one judged by training curves."""
+    """The checks of an entry with a ``criterion``; None for one judged by training curves.
+    The entry's ``evaluation`` keys, if any, override the study's."""
     study = study_settings(cfg)
     if "criterion" not in study:
         return None
-    return PolicyChecks(run_cfg, cfg.evaluation, study.criterion)
+    return PolicyChecks(run_cfg, OmegaConf.merge(cfg.evaluation, study.get("evaluation", {})),
+                        study.criterion)
 
 
 def run_cell(cfg: DictConfig, cell: Cell, path: Path) -> float:

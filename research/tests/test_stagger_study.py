@@ -107,7 +107,7 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
         cells = study.grid_cells(cfg)
         assert {(c.rollout_length, c.num_envs) for c in cells} == {(8, 4096)}
         assert sorted({c.seed for c in cells}) == [0, 1, 2, 3, 4]
-        assert {c.schedule for c in cells} == {"sync", "random_counter", "staggered",
+        assert {c.schedule for c in cells} >= {"sync", "random_counter", "staggered",
                                                "phase_locked"}
         assert "max_tracking_error" in cfg.study[entry].criterion
     rollout = load_config("stagger_study", ["task=flat_velocity", "entry=flat_rollout"])
@@ -121,6 +121,19 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     assert (reset.schedule, reset.warmup) == ("staggered", "policy")
     reset = study.cell_config(warmup, study.Cell("phase_locked-none", 8, 4096, 0)).reset
     assert (reset.schedule, reset.warmup) == ("phase_locked", "none")
+
+
+def test_an_entry_checks_as_often_as_its_own_evaluation_says():
+    """gaits_core checks twice as often as the study's default, which flat_core keeps."""
+    every = {}
+    for entry, task in (("flat_core", "flat_velocity"), ("gaits_core", "gaits")):
+        cfg = load_config("stagger_study", [f"task={task}", f"entry={entry}",
+                                            "evaluation.envs=2"])
+        run_cfg = study.cell_config(cfg, study.Cell("sync", 8, 16, 0))
+        checks = study.policy_checks(cfg, run_cfg)
+        every[entry] = (checks.every, checks.envs)
+        checks.close()
+    assert every == {"flat_core": (524288, 2), "gaits_core": (262144, 2)}
 
 
 def test_policy_checks_refuse_an_unknown_bound():
