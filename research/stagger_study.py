@@ -503,7 +503,7 @@ def training_time(curve: dict[str, np.ndarray]) -> np.ndarray:
     """A run's wall-clock at each row in env steps of its own training speed: wall seconds
     over its median seconds per iteration, times the env steps of one iteration.
 
-    A cell's speed moved with the machine's between sittings (2.3k to 3.6k env steps/s),
+    A cell's speed moved with the machine's between sittings (2.3k to 8.9k env steps/s),
     more than it differs between schedules in one sitting, so raw seconds compare only runs
     that trained side by side. In this unit a run without a warm-up reads about its env
     steps, and a staggered start adds its warm-up, counted in iterations of training.
@@ -649,8 +649,8 @@ def by_group(curves: dict[Cell, dict]) -> dict[tuple[str, int, int], list[dict]]
 
 def plot_metric(curves: dict[Cell, dict], x: str, threshold: float, path: Path,
                  metric: str = "return") -> None:
-    """``metric`` (the return, or the success rate) vs ``x`` (env_steps or wall_s): one
-    panel per (K, N), one band per schedule."""
+    """``metric`` (the return, or the success rate) vs ``x`` (env_steps or training_time):
+    one panel per (K, N), one band per schedule."""
     import matplotlib.pyplot as plt
 
     groups = by_group(curves)
@@ -665,13 +665,13 @@ def plot_metric(curves: dict[Cell, dict], x: str, threshold: float, path: Path,
         ax.fill_between(grid, low, high, color=COLORS[schedule], alpha=0.2, linewidth=0)
         ax.axhline(threshold, color="k", linestyle=":", linewidth=0.8)
         ax.set_title(f"K = {k}, N = {n}")
+    label = x.replace("_", " ")
     for ax in axes[-1]:
-        ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)")
+        ax.set_xlabel(label if x == "env_steps" else f"{label} (env steps)")
     for row in axes:
         row[0].set_ylabel(f"episode {metric}")
     axes[0][0].legend(loc="lower right", fontsize="small")
-    fig.suptitle(f"{metric.capitalize()} vs {'env steps' if x == 'env_steps' else 'wall-clock'}"
-                 ": mean over seeds, band = min..max")
+    fig.suptitle(f"{metric.capitalize()} vs {label}: mean over seeds, band = min..max")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -808,8 +808,9 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     if "criterion" in study:
         (out_dir / "checks.md").write_text(
             checks_tables({**compared_curves(cfg, out_dir), **curves}, study))
-    for x, name in (("env_steps", "env_steps"), ("wall_s", "wall_clock")):
-        plot_metric(curves, x, threshold, out_dir / f"{metric}_vs_{name}.png", metric)
+    timed = {c: {**curve, "training_time": training_time(curve)} for c, curve in curves.items()}
+    for x in ("env_steps", "training_time"):
+        plot_metric(timed, x, threshold, out_dir / f"{metric}_vs_{x}.png", metric)
     plot_phase_histograms(curves, int(cfg.histogram_iterations), out_dir / "phase_histogram.png")
     plot_critic(curves, out_dir / "critic.png")
     plot_scaling(rows, out_dir / "scaling_with_n.png", metric)

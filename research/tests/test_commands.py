@@ -62,7 +62,7 @@ def test_stagger_study_command_writes_its_summary_and_figures(tmp_path):
     assert "| 8 | 16 | staggered |" in summary
     assert "| K | N | schedule | seeds faster than sync (same seed) |" in summary
     assert (out / "summary.csv").read_text().startswith("schedule,K,N,seeds,reached,")
-    for name in ("return_vs_env_steps", "return_vs_wall_clock", "phase_histogram", "critic",
+    for name in ("return_vs_env_steps", "return_vs_training_time", "phase_histogram", "critic",
                  "scaling_with_n"):
         assert (out / f"{name}.png").stat().st_size > 0
     assert sorted(p.name for p in (out / "curves").iterdir()) == [

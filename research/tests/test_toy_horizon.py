@@ -103,7 +103,7 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
     assert finished.stat().st_mtime_ns == stamp
 
     study.report(cfg, tmp_path)
-    for name in ("return_vs_env_steps", "return_vs_wall_clock", "phase_histogram", "critic",
+    for name in ("return_vs_env_steps", "return_vs_training_time", "phase_histogram", "critic",
                  "scaling_with_n"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
     assert "| 8 | 16 | staggered |" in (tmp_path / "summary.md").read_text()
