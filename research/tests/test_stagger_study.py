@@ -100,7 +100,8 @@ def test_phase_locked_runs_on_the_gait_task_and_keeps_its_stagger(tmp_path):
 def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     """The core grid is N = 4096, K = 8, five seeds and the four schedules on all three
     tasks, at one budget that divides into N * K for every K of the rollout entry; the
-    fixed-update entry's budget grows with N; a schedule-warmup name sets both."""
+    rollout and env-count entries set sync against phase_locked-none; the fixed-update
+    entry's budget grows with N; a schedule-warmup name sets both."""
     for entry, task in (("flat_core", "flat_velocity"), ("gaits_core", "gaits"),
                         ("no_termination_core", "flat_velocity")):
         cfg = load_config("stagger_study", [f"task={task}", f"entry={entry}"])
@@ -113,6 +114,8 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     rollout = load_config("stagger_study", ["task=flat_velocity", "entry=flat_rollout"])
     assert {c.rollout_length for c in study.grid_cells(rollout)} == {4, 24}
     envs = load_config("stagger_study", ["task=flat_velocity", "entry=flat_num_envs"])
+    for around in (rollout, envs):  # sync against the flat grid's candidate
+        assert {c.schedule for c in study.grid_cells(around)} == {"sync", "phase_locked-none"}
     budgets = {c.num_envs: study.cell_budget(envs.study.flat_num_envs, c)
                for c in study.grid_cells(envs)}
     assert budgets == {1024: 45 * 1024 * 8, 16384: 45 * 16384 * 8}
