@@ -278,8 +278,7 @@ class PolicyChecks:
 
         def count_falls(env) -> None:
             w = env.task.world(env.sim)
-            fell.logical_or_(w.bad_contact | (torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0))
-                                              > self.fall_tilt))
+            fell.logical_or_(w.bad_contact | (w.tilt > self.fall_tilt))
 
         metrics = evaluate_episodes(self.env, act, on_step=count_falls)
         return {"tracking_error": metrics["tracking_error"], "survival": metrics["survival"],

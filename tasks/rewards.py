@@ -65,6 +65,14 @@ def orientation(c: RewardContext) -> torch.Tensor:
     return c.w.gravity[:, :2].square().sum(1)
 
 
+@reward_term("fallen")
+def fallen(c: RewardContext) -> torch.Tensor:
+    """1 while the robot is down: a terminating body touches something or the base tilts
+    past ``rewards.fall_tilt``. Where falls do not end the episode, this stands in for the
+    reward a termination forfeits; ``orientation`` alone reads 0 for a robot on its back."""
+    return (c.w.bad_contact | (c.w.tilt > c.task.fall_tilt)).float()
+
+
 @reward_term("torques")
 def torques(c: RewardContext) -> torch.Tensor:
     return c.w.torques.square().sum(1)

@@ -26,7 +26,7 @@ termination_term = registrar(TERMINATION_TERMS, "termination")
 @termination_term("tilt")
 def tilt(task: VelocityTask, w: World) -> torch.Tensor:
     """The base tipped further than ``max_tilt`` (rad) from upright."""
-    return torch.acos((-w.gravity[:, 2]).clamp(-1.0, 1.0)) > task.max_tilt
+    return w.tilt > task.max_tilt
 
 
 @termination_term("base_contact")

@@ -104,6 +104,7 @@ class VelocityTask:
         self.base_height_target = r.get("base_height_target")
         self.clip_negative_total = bool(r.clip_negative_total)
         self.max_tilt = float(cfg.terminations.max_tilt)
+        self.fall_tilt = float(r.get("fall_tilt", self.max_tilt))  # configs saved before it
         self.termination_terms = [TERMINATION_TERMS["tilt"]] + (
             [TERMINATION_TERMS["base_contact"]] if cfg.terminations.base_contact else [])
         self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}

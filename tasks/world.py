@@ -22,3 +22,9 @@ class World:
     torques: torch.Tensor
     bad_contact: torch.Tensor  # bool, a terminating body touched something
     undesired_contacts: torch.Tensor  # number of undesired bodies in contact
+
+    @property
+    def tilt(self) -> torch.Tensor:
+        """Angle between the base's z axis and the world's (rad) [n]: 0 upright, pi on its
+        back, where the projected gravity's xy part (``orientation``) reads 0 again."""
+        return torch.acos((-self.gravity[:, 2]).clamp(-1.0, 1.0))

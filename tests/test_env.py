@@ -379,9 +379,10 @@ def test_diverged_env_reset_and_counted(make_env, tmp_path, monkeypatch):
 
 
 def test_reward_terms_present_and_finite(make_env):
-    """Every configured reward term is reported and finite (base_height, off by default,
-    switched on)."""
-    env = make_env("task.episode_length_s=0.2", "task.rewards.weights.base_height=-20.0")
+    """Every configured reward term is reported and finite (base_height and fallen, off by
+    default, switched on)."""
+    env = make_env("task.episode_length_s=0.2", "task.rewards.weights.base_height=-20.0",
+                   "task.rewards.weights.fallen=-3.0")
     weights = dict(env.cfg.task.rewards.weights)
     assert set(weights) == set(REWARD_TERMS) - {"gait_contact"}  # gaits: task=multitask
     for a in random_actions(env, 10, scale=1.0):
