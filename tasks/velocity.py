@@ -377,7 +377,9 @@ class VelocityTask:
         self.last_joint_vel.copy_(w.joint_vel)
         total = rows.sum(0)
         if self.clip_negative_total:
-            total = total.clamp(min=0.0)
+            # the clip leaves the fall penalty out: clipped, lying down would cost nothing
+            fall = terms.get("fallen", 0.0)
+            total = (total - fall).clamp(min=0.0) + fall
         return total, terms
 
     def episode_metrics(self, w: World) -> dict[str, torch.Tensor]:

@@ -59,19 +59,21 @@ def test_task_modules_are_imported_before_the_env_is_built(tmp_path, monkeypatch
 
 def test_a_robot_on_its_back_reads_fallen_where_orientation_reads_upright():
     """Without terminations a robot may lie on its back, where the projected gravity's xy
-    part is 0 again: ``fallen`` still reads 1 there, and it outweighs the tracking terms
-    so that the clipped total is 0, as after a termination."""
+    part is 0 again: ``fallen`` still reads 1 there, and the clip of negative totals
+    leaves it out, so lying down costs its weight whatever the other terms."""
     env = make_env(load_config("env", [
         "num_envs=4", "reset=sync", "task.terminations.base_contact=false",
         "task.terminations.max_tilt=4.0", "task.rewards.weights.fallen=-3.0"]))
     env.reset()
     env.sim.qpos[1, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # rolled by pi
-    _, reward, terminated, _, _ = env.step(torch.zeros(4, env.num_actions))
+    _, _, terminated, _, _ = env.step(torch.zeros(4, env.num_actions))
     assert not terminated.any()
-    _, terms = env.task.rewards(env.task.world(env.sim), env.actions, env.actions)
+    reward, terms = env.task.rewards(env.task.world(env.sim), env.actions, env.actions)
     fallen = terms["fallen"] / (-3.0 * env.control_dt)
     assert fallen.tolist() == [0.0, 1.0, 0.0, 0.0]
     tipped = terms["orientation"][1] / (env.task.reward_weights["orientation"] * env.control_dt)
     assert tipped < 0.01  # |g_xy|^2 of a robot on its back
-    assert reward[1] == 0.0 and (reward[[0, 2, 3]] > 0).all()
+    others = sum(t for name, t in terms.items() if name != "fallen")
+    torch.testing.assert_close(reward, others.clamp(min=0.0) + terms["fallen"])
+    assert reward[1] < 0 and (reward[[0, 2, 3]] > 0).all()
     env.close()
