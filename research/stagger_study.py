@@ -237,8 +237,8 @@ class PolicyChecks:
     each of ``evaluation.envs`` separate envs (synchronized start, seed + 1000), every
     ``evaluation.every`` env steps and, with ``final_envs`` episodes, at the end.
 
-    ``no_fall`` is the share of episodes in which the base never touched the ground nor
-    tilted past ``fall_tilt``; it reads every step of the checked episodes, so it is only
+    ``no_fall`` is the share of episodes in which the robot never fell as the task's
+    ``fallen`` reads it; it reads every step of the checked episodes, so it is only
     meaningful where falls do not end episodes (as in the entries that ask for it).
     """
 
@@ -251,7 +251,6 @@ class PolicyChecks:
         self.criterion = {k: float(v) for k, v in criterion.items()}
         self.every, self.envs = int(evaluation.every), int(evaluation.envs)
         self.rounds = max(1, int(evaluation.final_envs) // self.envs)
-        self.fall_tilt = float(evaluation.fall_tilt)
         check_cfg = run_cfg.copy()
         with open_dict(check_cfg):
             check_cfg.num_envs = self.envs
@@ -277,8 +276,7 @@ class PolicyChecks:
         fell = torch.zeros(self.envs, dtype=torch.bool)
 
         def count_falls(env) -> None:
-            w = env.task.world(env.sim)
-            fell.logical_or_(w.bad_contact | (w.tilt > self.fall_tilt))
+            fell.logical_or_(env.task.fallen(env.task.world(env.sim)))
 
         metrics = evaluate_episodes(self.env, act, on_step=count_falls)
         return {"tracking_error": metrics["tracking_error"], "survival": metrics["survival"],

@@ -67,10 +67,10 @@ def orientation(c: RewardContext) -> torch.Tensor:
 
 @reward_term("fallen")
 def fallen(c: RewardContext) -> torch.Tensor:
-    """1 while the robot is down: a terminating body touches something or the base tilts
-    past ``rewards.fall_tilt``. Where falls do not end the episode, this stands in for the
-    reward a termination forfeits; ``orientation`` alone reads 0 for a robot on its back."""
-    return (c.w.bad_contact | (c.w.tilt > c.task.fall_tilt)).float()
+    """1 while the robot is down (``VelocityTask.fallen``). Where falls do not end the
+    episode, this stands in for the reward a termination forfeits; ``orientation`` alone
+    reads 0 for a robot on its back."""
+    return c.task.fallen(c.w).float()
 
 
 @reward_term("torques")

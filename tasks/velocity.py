@@ -393,6 +393,11 @@ class VelocityTask:
         return out
 
     # ----------------------------------------------------------------- terminations
+    def fallen(self, w: World) -> torch.Tensor:
+        """Down, whether or not that ends the episode: a terminating body touches something
+        or the base tilts past ``rewards.fall_tilt`` [n]."""
+        return w.bad_contact | (w.tilt > self.fall_tilt)
+
     def terminations(self, w: World) -> torch.Tensor:
         """Failure (not timeout): any termination term switched on by config."""
         failed = self.termination_terms[0](self, w)

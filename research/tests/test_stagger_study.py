@@ -156,7 +156,7 @@ def test_checked_cells_write_checks_and_the_tables_compare_them(tmp_path):
         "task=flat_velocity", "entry=no_termination_core", "grid.schedules=[sync,phase_locked]",
         f"{entry}.seeds=[0,1]", f"{entry}.num_envs=[8]", f"{entry}.env_steps=192",
         "evaluation.every=128", "evaluation.envs=4", "evaluation.final_envs=8",
-        "evaluation.fall_tilt=0.05", "task.episode_length_s=0.4",
+        "task.rewards.fall_tilt=0.05", "task.episode_length_s=0.4",
         "algo.policy.init_noise_std=2.0", f"out_dir={tmp_path}", *TINY_POLICY])
     ran = study.run_grid(cfg, tmp_path)
     assert len(ran) == 4
