@@ -378,8 +378,8 @@ class VelocityTask:
         total = rows.sum(0)
         if self.clip_negative_total:
             # the clip leaves the fall penalty out: clipped, lying down would cost nothing
-            fall = terms.get("fallen", 0.0)
-            total = (total - fall).clamp(min=0.0) + fall
+            fall = terms.get("fallen")
+            total = total.clamp(min=0.0) if fall is None else (total - fall).clamp(min=0.0) + fall
         return total, terms
 
     def episode_metrics(self, w: World) -> dict[str, torch.Tensor]:
