@@ -172,7 +172,7 @@ def test_checked_cells_write_checks_and_the_tables_compare_them(tmp_path):
     assert "tracking_error <= 0.15, no_fall >= 0.95" in tables
     assert "| 8 | 8 | phase_locked | 0/2 | >= 0.000192 ± 0M |" in tables
     assert "At equal training time" in tables
-    assert "| 8 | 8 | phase_locked | 0/2 | 0/2 |" in tables
+    assert "| 8 | 8 | phase_locked | 0/2 | 0/2 |" in tables  # neither met the criterion
 
 
 def test_training_time_counts_the_warm_up_and_not_the_machine_speed():
@@ -188,7 +188,8 @@ def test_training_time_counts_the_warm_up_and_not_the_machine_speed():
 
 
 def test_checks_tables_count_censored_runs_as_later():
-    def curve(passed_at: int | None, warm_up: float, speed: float) -> dict[str, np.ndarray]:
+    def curve(passed_at: int | None, warm_up: float, speed: float,
+              error: float = 0.1) -> dict[str, np.ndarray]:
         passed = np.full(4, np.nan)
         passed[1::2] = 0.0
         if passed_at is not None:
@@ -196,15 +197,15 @@ def test_checks_tables_count_censored_runs_as_later():
         return {"env_steps": np.array([1.0, 2.0, 3.0, 4.0]) * 1e6,
                 "wall_s": (np.array([1.0, 2.0, 3.0, 4.0]) + warm_up) / speed,
                 "check_passed": passed, "check_tracking_error": np.where(np.isnan(passed),
-                                                                         np.nan, 0.1),
+                                                                         np.nan, error),
                 "check_survival": np.where(np.isnan(passed), np.nan, 0.97),
                 "phase_uniformity": np.ones(4)}
 
     # staggered has half an iteration of warm-up and ran on a faster machine
     curves = {study.Cell("sync", 8, 4096, 0): curve(3, 0.0, 1.0),
               study.Cell("sync", 8, 4096, 1): curve(None, 0.0, 1.0),
-              study.Cell("staggered", 8, 4096, 0): curve(1, 0.5, 3.0),
-              study.Cell("staggered", 8, 4096, 1): curve(3, 0.5, 3.0)}
+              study.Cell("staggered", 8, 4096, 0): curve(1, 0.5, 3.0, error=0.06),
+              study.Cell("staggered", 8, 4096, 1): curve(3, 0.5, 3.0, error=0.08)}
     study_cfg = load_config("stagger_study", ["task=flat_velocity",
                                               "entry=flat_core"]).study.flat_core
     tables = study.checks_tables(curves, study_cfg)
@@ -214,10 +215,10 @@ def test_checks_tables_count_censored_runs_as_later():
     # equal training time: 4M, the shortest run; staggered's 4M check came at 4.5M
     assert "| 8 | 4096 | staggered | 4.00M | 1/2 |" in tables
     # paired: seed 0 sooner in both (2M against 4M, 2.5M against 4M); seed 1 sooner than a
-    # censored sync run in both
-    assert "| 8 | 4096 | staggered | 2/2 | 2/2 |" in tables
+    # censored sync run in both; both ended nearer the command, by 0.04 and 0.02 m/s
+    assert "| 8 | 4096 | staggered | 2/2 | 2/2 | 2/2 | -0.03 ± 0.13 |" in tables
     # every run, with its seconds and its speed (1M env steps per iteration of 1/3 s)
-    assert "| 8 | 4096 | staggered | 0 | 2.00M | 1 | 2.50M | 3,000,000 | 0.100 |" in tables
+    assert "| 8 | 4096 | staggered | 0 | 2.00M | 1 | 2.50M | 3,000,000 | 0.060 |" in tables
     assert "| 8 | 4096 | sync | 1 | never | - | - | 1,000,000 |" in tables
 
 
