@@ -127,6 +127,19 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     assert (reset.schedule, reset.warmup) == ("phase_locked", "none")
 
 
+def test_core_cells_keep_the_zero_warm_up_whatever_the_default_reset():
+    """Cells trained in different sittings stay one config: an unnamed staggered schedule
+    of a core entry warms up with zero actions even where the default reset says none."""
+    for entry, task in (("flat_core", "flat_velocity"), ("gaits_core", "gaits"),
+                        ("no_termination_core", "flat_velocity")):
+        cfg = load_config("stagger_study", [f"task={task}", f"entry={entry}",
+                                            "reset=phase_locked", "reset.warmup=none"])
+        reset = study.cell_config(cfg, study.Cell("staggered", 8, 4096, 0)).reset
+        assert (reset.schedule, reset.warmup) == ("staggered", "zero")
+        reset = study.cell_config(cfg, study.Cell("phase_locked-none", 8, 4096, 0)).reset
+        assert (reset.schedule, reset.warmup) == ("phase_locked", "none")
+
+
 def test_an_entry_checks_as_often_as_its_own_evaluation_says():
     """gaits_core checks twice as often as the study's default, which flat_core keeps."""
     every = {}
