@@ -102,7 +102,8 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     tasks (without terminations phase_locked is staggered: that entry runs one of them),
     at one budget that divides into N * K for every K of the rollout entry; the rollout
     and env-count entries set sync against phase_locked-none; the fixed-update entry's
-    budget grows with N; a schedule-warmup name sets both."""
+    budget grows with N, and N = 1024 also trains the core grid's number of updates; a
+    schedule-warmup name sets both."""
     for entry, task in (("flat_core", "flat_velocity"), ("gaits_core", "gaits"),
                         ("no_termination_core", "flat_velocity")):
         cfg = load_config("stagger_study", [f"task={task}", f"entry={entry}"])
@@ -120,6 +121,9 @@ def test_core_entries_share_the_grid_and_the_warmup_entry_sets_the_warmup():
     budgets = {c.num_envs: study.cell_budget(envs.study.flat_num_envs, c)
                for c in study.grid_cells(envs)}
     assert budgets == {1024: 45 * 1024 * 8, 16384: 45 * 16384 * 8}
+    few = load_config("stagger_study", ["task=flat_velocity", "entry=flat_few_envs"])
+    assert {study.cell_budget(few.study.flat_few_envs, c) for c in study.grid_cells(few)} \
+        == {180 * 1024 * 8}  # the core grid's number of updates
     warmup = load_config("stagger_study", ["task=flat_velocity", "entry=flat_warmup"])
     reset = study.cell_config(warmup, study.Cell("staggered-policy", 8, 4096, 0)).reset
     assert (reset.schedule, reset.warmup) == ("staggered", "policy")
