@@ -103,7 +103,8 @@ def curve_path(out_dir: Path, name: str) -> Path:
 
 
 def settings_path(curve: Path) -> Path:
-    """Where the settings of the run that drew ``curve`` are kept (beside it, plain JSON)."""
+    """Where the settings of the run that drew ``curve`` are written (beside it, plain JSON;
+    the repository keeps them gzipped, which the readers take as well)."""
     if curve.suffix == ".gz":
         curve = curve.with_suffix("")
     return curve.with_suffix(".settings.json")
@@ -165,8 +166,9 @@ def finished(path: Path, column: str, budget: int, unit: str, settings: dict) ->
     if done != budget:
         raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
                          "pick another out_dir")
-    saved = settings_path(path)
-    if saved.exists() and (changed := changed_settings(json.loads(saved.read_text()), settings)):
+    saved = stored(settings_path(path))  # kept gzipped in the repository, as the curves
+    if saved.exists() and (changed := changed_settings(json.loads(open_text(saved).read()),
+                                                       settings)):
         raise ValueError(f"{path} was trained with other {changed} than the study asks: "
                          "remove it or pick another out_dir")
     return True
