@@ -18,17 +18,17 @@ import re
 from pathlib import Path
 
 from research.multitask_power import paired_log_ratios
-from research.study import load_config
+from research.study import load_config, uncompressed
 
-CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv(\.gz)?")
+CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv")
 BASELINE = "uniform"
 
 
 def paired_runs(study: Path) -> dict[str, list[int]]:
     """Per allocation other than the baseline, the seeds with a baseline curve too."""
     runs: dict[str, set[int]] = {}
-    for path in sorted((study / "curves").glob("*.csv*")):  # plain or gzipped
-        if m := CURVE.fullmatch(path.name):
+    for path in sorted((study / "curves").glob("*.csv*")):  # plain or compressed
+        if m := CURVE.fullmatch(uncompressed(path).name):
             runs.setdefault(m["allocation"], set()).add(int(m["seed"]))
     base = runs.pop(BASELINE, set())
     return {a: sorted(seeds & base) for a, seeds in runs.items() if seeds & base}

@@ -2,7 +2,7 @@
 
 Every run trains the shared multitask policy (``task=multitask``) for the same number of
 iterations with one allocation and one seed, and writes per iteration each subtask's success
-rate, episode count and share of env slots to ``<out_dir>/curves/<allocation>_s<seed>.csv.gz``.
+rate, episode count and share of env slots to ``<out_dir>/curves/<allocation>_s<seed>.csv.xz``.
 Runs whose CSV exists are skipped, so an interrupted study resumes; the settings each run was
 trained with are kept beside its CSV, and a study asked for other settings stops there. The
 scheduler's knobs do not enter a uniform run's settings, so the uniform curves (CSV and

@@ -1,8 +1,8 @@
 """Plot a training run's learning curve: return and tracking error against env steps and wall-clock.
 
 Reads ``progress.jsonl`` (every iteration) and, when present, ``curve.csv`` (the walk checks
-of scripts/benchmark_train.py) from a run folder, either gzipped or not; several runs can be
-overlaid.
+of scripts/benchmark_train.py) from a run folder, plain or compressed (``.xz``, ``.gz``);
+several runs can be overlaid.
 
     python -m research.plot_training runs/benchmark_train/<run> \
         --out docs/figures/training_curve.png

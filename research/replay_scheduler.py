@@ -1,6 +1,6 @@
 """Replay a multitask study curve through the scheduler: the progress it would see.
 
-    python -m research.replay_scheduler research/results/multitask/curves/uniform_s0.csv.gz \
+    python -m research.replay_scheduler research/results/multitask/curves/uniform_s0.csv.xz \
         [--windows 200:700,1300:1500] [multitask.noise=0 multitask.fast=0.3 ...]
 
 Feeds each iteration's successes and episodes per subtask (as the study logged them) into

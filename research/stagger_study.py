@@ -2,7 +2,7 @@
 seeds.
 
 Every run (a cell of the grid) trains with ``Runner`` for the same number of env steps and
-writes its curve to ``<out_dir>/curves/<cell>.csv.gz``; cells whose curve exists are skipped, so
+writes its curve to ``<out_dir>/curves/<cell>.csv.xz``; cells whose curve exists are skipped, so
 an interrupted grid resumes where it stopped. Then the figures and the summary tables are
 (re)drawn from the curves of every cell of the grid.
 

@@ -7,9 +7,9 @@ run and an interrupted study resumes by skipping those. Beside the curve it keep
 settings the run was trained with, so a study asked to run with other settings stops
 instead of reporting the old curve as the new experiment.
 
-Curves are written gzipped (``<name>.csv.gz``), as results are kept; the readers here take
-plain files as well (older curves, ``progress.jsonl``), and a study finds a plain curve as it
-finds a gzipped one.
+Curves are written xz-compressed (``<name>.csv.xz``), as results are kept; the readers here
+take gzipped and plain files as well (older results, ``progress.jsonl``), and a study finds a
+curve kept in either form as it finds its own.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import lzma
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -44,25 +45,38 @@ def load_config(name: str, overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name=name, overrides=overrides or [])
 
 
-def stored(path: Path) -> Path:
-    """``path``, or ``<path>.gz`` where only the gzipped copy is kept."""
+# How a file is opened by the suffix of its name: results are kept xz-compressed, older ones
+# gzipped; any other name is plain text.
+COMPRESSED = {".xz": lzma.open, ".gz": gzip.open}
+
+
+def _opener(path: Path) -> Callable:
+    return COMPRESSED.get(Path(path).suffix, open)
+
+
+def uncompressed(path: Path) -> Path:
+    """``path`` without its compression suffix (``a.csv.xz`` -> ``a.csv``)."""
     path = Path(path)
-    if path.exists() or path.suffix == ".gz":
+    return path.with_suffix("") if path.suffix in COMPRESSED else path
+
+
+def stored(path: Path) -> Path:
+    """``path``, or its compressed copy (``<path>.xz``, ``<path>.gz``) where only that is
+    kept."""
+    path = Path(path)
+    if path.exists() or path.suffix in COMPRESSED:
         return path
-    gz = path.with_name(path.name + ".gz")
-    return gz if gz.exists() else path
+    copies = (path.with_name(path.name + suffix) for suffix in COMPRESSED)
+    return next((copy for copy in copies if copy.exists()), path)
 
 
 def open_text(path: Path, mode: str = "r"):
-    """A text file, through gzip when its name ends in ``.gz``."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", newline="")
-    return path.open(mode, newline="")
+    """A text file, decompressed as the suffix of its name says (``.xz``, ``.gz``)."""
+    return _opener(path)(path, mode + "t", newline="")
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """One dict per line of a ``progress.jsonl`` (or its ``.gz``)."""
+    """One dict per line of a ``progress.jsonl`` (or its ``.xz``, ``.gz``)."""
     with open_text(stored(path)) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -96,32 +110,30 @@ def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
 
 
 def curve_path(out_dir: Path, name: str) -> Path:
-    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve: ``.csv.gz``, or
-    the plain ``.csv`` where an older one was kept so."""
+    """Where run ``name`` of a study writing to ``out_dir`` keeps its curve: ``.csv.xz``, or
+    the plain or gzipped one an older study kept there."""
     plain = Path(out_dir) / "curves" / f"{name}.csv"
-    return plain if plain.exists() else plain.with_name(plain.name + ".gz")
+    kept = stored(plain)
+    return kept if kept.exists() else plain.with_name(plain.name + ".xz")
 
 
 def settings_path(curve: Path) -> Path:
     """Where the settings of the run that drew ``curve`` are written (beside it, plain JSON;
-    the repository keeps them gzipped, which the readers take as well)."""
-    if curve.suffix == ".gz":
-        curve = curve.with_suffix("")
-    return curve.with_suffix(".settings.json")
+    the repository keeps them compressed, which the readers take as well)."""
+    return uncompressed(curve).with_suffix(".settings.json")
 
 
 def _write_atomically(path: Path, write: Callable) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with (gzip.open(tmp, "wt", newline="") if path.suffix == ".gz"
-          else tmp.open("w", newline="")) as f:
+    with _opener(path)(tmp, "wt", newline="") as f:  # compressed as ``path`` says
         write(f)
     os.replace(tmp, path)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write ``rows`` atomically, so a CSV that exists is always a finished run (gzipped
-    where ``path`` ends in ``.gz``)."""
+    """Write ``rows`` atomically, so a CSV that exists is always a finished run (compressed
+    where ``path`` ends in ``.xz`` or ``.gz``)."""
     def write(f) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -137,7 +149,7 @@ def write_curve(path: Path, rows: list[dict], settings: dict) -> None:
 
 
 def read_csv(path: Path) -> dict[str, np.ndarray]:
-    """A curve CSV (or ``.csv.gz``) as one float array per column."""
+    """A curve CSV (or ``.csv.xz``, ``.csv.gz``) as one float array per column."""
     with open_text(stored(path)) as f:
         rows = list(csv.DictReader(f))
     return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
@@ -166,7 +178,7 @@ def finished(path: Path, column: str, budget: int, unit: str, settings: dict) ->
     if done != budget:
         raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
                          "pick another out_dir")
-    saved = stored(settings_path(path))  # kept gzipped in the repository, as the curves
+    saved = stored(settings_path(path))  # kept compressed in the repository, as the curves
     if saved.exists() and (changed := changed_settings(json.loads(open_text(saved).read()),
                                                        settings)):
         raise ValueError(f"{path} was trained with other {changed} than the study asks: "

@@ -4,7 +4,7 @@
 
 A multitask episode succeeds when it survives, tracks its command and (gait subtasks) keeps
 its foot-contact schedule. The trainer logs each share per iteration in ``progress.jsonl``
-(read gzipped too); this script weights them by the iteration's episode count over an
+(read compressed too); this script weights them by the iteration's episode count over an
 iteration range and prints one markdown table per run: episodes, survived, tracked, on gait,
 the mean share of contacts on schedule (gaits only) and success.
 """

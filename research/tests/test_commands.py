@@ -3,8 +3,8 @@ the format the pages show."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -66,8 +66,8 @@ def test_stagger_study_command_writes_its_summary_and_figures(tmp_path):
                  "scaling_with_n"):
         assert (out / f"{name}.png").stat().st_size > 0
     assert sorted(p.name for p in (out / "curves").iterdir()) == [
-        "staggered_K8_N16_s0.csv.gz", "staggered_K8_N16_s0.settings.json",
-        "sync_K8_N16_s0.csv.gz", "sync_K8_N16_s0.settings.json"]
+        "staggered_K8_N16_s0.csv.xz", "staggered_K8_N16_s0.settings.json",
+        "sync_K8_N16_s0.csv.xz", "sync_K8_N16_s0.settings.json"]
 
 
 def test_stagger_study_on_the_quadruped(tmp_path):
@@ -155,14 +155,14 @@ def test_scaling_projection_command_rewrites_the_pages_table(tmp_path):
     assert "Measured with `python -m research.scaling_projection num_envs=16" in new
 
 
-def test_subtask_checks_command_reads_a_gzipped_log(tmp_path, monkeypatch, capsys):
+def test_subtask_checks_command_reads_a_compressed_log(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     run.mkdir()
     rows = [{"iteration": 1, "multitask/episodes/trot": 2.0, "multitask/survived/trot": 1.0,
              "multitask/tracked/trot": 0.5, "multitask/on_gait/trot": 0.5,
              "multitask/gait_match/trot": 0.7, "multitask/success/trot": 0.5},
             {"iteration": 2, "multitask/episodes/flat": 4.0, "multitask/success/flat": 0.25}]
-    with gzip.open(run / "progress.jsonl.gz", "wt") as f:
+    with lzma.open(run / "progress.jsonl.xz", "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     monkeypatch.setattr(sys, "argv", ["subtask_checks", str(run), "--iterations", "1", "2"])
     subtask_checks.main()

@@ -128,7 +128,7 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     cfg = load_config("multitask_study", SMALL)
     out, runs = tmp_path / "out", tmp_path / "runs"
     assert sorted(study.run_study(cfg, out, runs)) == ["learning_progress_s0", "uniform_s0"]
-    curve = study.read_csv(out / "curves" / "learning_progress_s0.csv.gz")
+    curve = study.read_csv(out / "curves" / "learning_progress_s0.csv.xz")
     names = study.subtask_names(curve)
     assert names == ["flat", "rough", "stairs", "slopes", "push_recovery", "trot", "pace",
                      "bound", "pronk"]
@@ -155,9 +155,9 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("| terrain | level | episodes | survived | "
                                               "success | tracking error (m/s) | distance (m) |")
 
-    stamp = (out / "curves" / "uniform_s0.csv.gz").stat().st_mtime_ns
+    stamp = (out / "curves" / "uniform_s0.csv.xz").stat().st_mtime_ns
     assert study.run_study(cfg, out, runs) == []  # finished runs are skipped
-    assert (out / "curves" / "uniform_s0.csv.gz").stat().st_mtime_ns == stamp
+    assert (out / "curves" / "uniform_s0.csv.xz").stat().st_mtime_ns == stamp
     study.report(cfg, out)
     assert "| flat |" in (out / "summary.md").read_text()
     assert "| 0 |" in (out / "primary.md").read_text()  # seed 0, both allocations
@@ -165,17 +165,17 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
         assert (out / f"{name}.png").stat().st_size > 0
 
     # scheduler knobs leave the uniform curve valid, not the learning-progress one
-    (out / "curves" / "learning_progress_s0.csv.gz").rename(out / "learning_progress_s0.csv.gz")
+    (out / "curves" / "learning_progress_s0.csv.xz").rename(out / "learning_progress_s0.csv.xz")
     cfg.multitask.mastered = 0.7
     assert study.pending(cfg, out) == [("learning_progress", 0)]
-    (out / "learning_progress_s0.csv.gz").rename(out / "curves" / "learning_progress_s0.csv.gz")
-    with pytest.raises(ValueError, match=r"learning_progress_s0.csv.gz was trained with other "
+    (out / "learning_progress_s0.csv.xz").rename(out / "curves" / "learning_progress_s0.csv.xz")
+    with pytest.raises(ValueError, match=r"learning_progress_s0.csv.xz was trained with other "
                                          r"\['multitask.mastered'\]"):
         study.run_study(cfg, out, runs)
     cfg.multitask.mastered = 0.8
     cfg.algo.ppo.gamma, cfg.allocations = 0.9, ["uniform"]  # and nothing else does
     with pytest.raises(ValueError,
-                       match=r"uniform_s0.csv.gz was trained with other \['algo.ppo.gamma'\]"):
+                       match=r"uniform_s0.csv.xz was trained with other \['algo.ppo.gamma'\]"):
         study.pending(cfg, out)
     cfg.algo.ppo.gamma, cfg.allocations = 0.99, ["learning_progress", "uniform"]
 
@@ -191,11 +191,11 @@ def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
     cfg = load_config("multitask_study", [*SMALL, "allocations=[uniform]"])
     out, runs = tmp_path / "out", tmp_path / "runs"
     study.run_study(cfg, out, runs)
-    before = study.read_csv(out / "curves" / "uniform_s0.csv.gz")
-    (out / "curves" / "uniform_s0.csv.gz").unlink()
+    before = study.read_csv(out / "curves" / "uniform_s0.csv.xz")
+    (out / "curves" / "uniform_s0.csv.xz").unlink()
     cfg.iterations = 3
     assert study.run_study(cfg, out, runs) == ["uniform_s0"]
-    after = study.read_csv(out / "curves" / "uniform_s0.csv.gz")
+    after = study.read_csv(out / "curves" / "uniform_s0.csv.xz")
     assert after["iteration"].tolist() == [1, 2, 3]
     assert after["env_steps"].tolist() == [32 * 8, 2 * 32 * 8, 3 * 32 * 8]
     for column, values in before.items():
@@ -203,7 +203,7 @@ def test_an_interrupted_run_continues_from_its_checkpoint(tmp_path):
     assert after["wall_s"][2] > after["wall_s"][1]
 
     cfg.iterations = 1
-    (out / "curves" / "uniform_s0.csv.gz").unlink()
+    (out / "curves" / "uniform_s0.csv.xz").unlink()
     with pytest.raises(ValueError, match="at iteration 3, past the study's 1"):
         study.run_study(cfg, out, runs)
 

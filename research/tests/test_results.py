@@ -51,7 +51,7 @@ def table_rows(text: str) -> list[str]:
 
 @pytest.mark.parametrize("task", ["toy", "flat_velocity"])
 def test_stagger_curves_give_the_kept_summary(task, tmp_path):
-    """The study's summary, redrawn from the kept (gzipped) curves, is the kept one."""
+    """The study's summary, redrawn from the kept (compressed) curves, is the kept one."""
     cfg = load_config("stagger_study", [f"task={task}"])
     out = ROOT / cfg.out_dir
     curves = {c: read_csv(curve_path(out, c.name)) for c in stagger_study.grid_cells(cfg)}
@@ -110,12 +110,12 @@ def test_curve_diff_finds_where_the_kept_pairs_part(monkeypatch, capsys):
     at iteration 21, 25 and 18."""
     curves = RESULTS / "multitask" / "curves"
     for seed, iteration in ((0, 21), (1, 25), (2, 18)):
-        out = run_main(curve_diff, [str(curves / f"uniform_s{seed}.csv.gz"),
-                                    str(curves / f"learning_progress_s{seed}.csv.gz")],
+        out = run_main(curve_diff, [str(curves / f"uniform_s{seed}.csv.xz"),
+                                    str(curves / f"learning_progress_s{seed}.csv.xz")],
                        monkeypatch, capsys)
         assert out.startswith(f"first difference at iteration {iteration}, after "
                               f"{iteration - 1} equal rows (of 1500 common rows)")
-    out = run_main(curve_diff, [str(curves / "uniform_s0.csv.gz")] * 2, monkeypatch, capsys)
+    out = run_main(curve_diff, [str(curves / "uniform_s0.csv.xz")] * 2, monkeypatch, capsys)
     assert out == "equal over all 1500 common rows\n"
 
 

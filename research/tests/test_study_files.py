@@ -1,10 +1,11 @@
-"""Study files: curves and logs read the same plain or gzipped, and a gzipped curve is a
-finished run."""
+"""Study files: curves and logs read the same plain, xz-compressed or gzipped; a new curve is
+written xz-compressed, and a curve kept in any of the three forms is a finished run."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import shutil
 
 import numpy as np
@@ -23,52 +24,68 @@ from research.study import (
 
 ROWS = [{"iteration": 1, "env_steps": 10, "return": 0.5},
         {"iteration": 2, "env_steps": 20, "return": float("nan")}]
+# Opened here without the study's helpers, so a file they write or read is checked against
+# the format itself. xz is how research/results keeps files now, gzip how it kept them before.
+OPENERS = {".xz": lzma.open, ".gz": gzip.open}
+XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-def gzip_file(path):
-    """Replace ``path`` by ``<path>.gz``, as research/results keeps curves."""
-    gz = path.with_name(path.name + ".gz")
-    with path.open("rb") as src, gzip.open(gz, "wb") as out:
+def compress(path, suffix):
+    """Replace ``path`` by ``<path><suffix>`` (``.xz`` or ``.gz``)."""
+    copy = path.with_name(path.name + suffix)
+    with path.open("rb") as src, OPENERS[suffix](copy, "wb") as out:
         shutil.copyfileobj(src, out)
     path.unlink()
-    return gz
+    return copy
 
 
-def test_a_gzipped_curve_reads_as_the_plain_one(tmp_path):
-    plain = tmp_path / "curves" / "a_s0.csv"
-    write_csv(plain, ROWS)
-    expected = read_csv(plain)
-    gz = gzip_file(plain)
-    assert not plain.exists()
-    for path in (gz, plain):  # named either way: the kept file is read
-        curve = read_csv(path)
-        assert curve.keys() == expected.keys()
-        for k in curve:
-            np.testing.assert_array_equal(curve[k], expected[k])
-    assert stored(plain) == gz and stored(gz) == gz
-    assert curve_path(tmp_path, "a_s0") == gz
+def test_plain_xz_and_gzipped_curves_read_the_same(tmp_path):
+    curves = tmp_path / "curves"
+    for name in ("plain", "xz", "gz"):
+        write_csv(curves / f"{name}_s0.csv", ROWS)
+    expected = read_csv(curves / "plain_s0.csv")
+    assert expected["env_steps"].tolist() == [10.0, 20.0]
+    for suffix in OPENERS:
+        name = suffix[1:]
+        plain = curves / f"{name}_s0.csv"
+        kept = compress(plain, suffix)
+        assert stored(plain) == kept and stored(kept) == kept
+        assert curve_path(tmp_path, f"{name}_s0") == kept
+        for path in (kept, plain):  # named either way: the kept file is read
+            curve = read_csv(path)
+            assert curve.keys() == expected.keys()
+            for k in curve:
+                np.testing.assert_array_equal(curve[k], expected[k])
+    assert curve_path(tmp_path, "plain_s0") == curves / "plain_s0.csv"
 
 
-def test_a_new_curve_is_written_gzipped_and_an_old_plain_one_still_found(tmp_path):
-    write_curve(curve_path(tmp_path, "a_s0"), ROWS, {"seed": 0})
-    assert sorted(p.name for p in (tmp_path / "curves").iterdir()) == [
-        "a_s0.csv.gz", "a_s0.settings.json"]
-    with gzip.open(tmp_path / "curves" / "a_s0.csv.gz", "rt") as f:
-        assert f.readline().strip() == "iteration,env_steps,return"
-    write_csv(tmp_path / "curves" / "b_s0.csv", ROWS)
-    assert curve_path(tmp_path, "b_s0") == tmp_path / "curves" / "b_s0.csv"
-
-
-def test_a_gzipped_curve_is_a_finished_run_with_its_settings(tmp_path):
-    settings = {"seed": 0, "algo": {"gamma": 0.99}}
-    write_curve(curve_path(tmp_path, "a_s0"), ROWS, settings)
-    gz = tmp_path / "curves" / "a_s0.csv.gz"
-    assert settings_path(gz) == tmp_path / "curves" / "a_s0.settings.json"
+def test_a_new_curve_is_written_xz_compressed_beside_plain_settings(tmp_path):
     path = curve_path(tmp_path, "a_s0")
+    assert path == tmp_path / "curves" / "a_s0.csv.xz"
+    write_curve(path, ROWS, {"seed": 0})
+    assert sorted(p.name for p in (tmp_path / "curves").iterdir()) == [
+        "a_s0.csv.xz", "a_s0.settings.json"]
+    assert path.read_bytes().startswith(XZ_MAGIC)
+    with lzma.open(path, "rt") as f:
+        assert f.readline().strip() == "iteration,env_steps,return"
+    assert json.loads((tmp_path / "curves" / "a_s0.settings.json").read_text()) == {"seed": 0}
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz"], ids=["new", "older_code"])
+def test_a_compressed_curve_is_a_finished_run_with_its_settings(tmp_path, suffix):
+    """Also one an older study wrote gzipped, as a grid started before the switch goes on."""
+    settings = {"seed": 0, "algo": {"gamma": 0.99}}
+    curve = tmp_path / "curves" / f"a_s0.csv{suffix}"
+    write_curve(curve, ROWS, settings)
+    assert settings_path(curve) == tmp_path / "curves" / "a_s0.settings.json"
+    path = curve_path(tmp_path, "a_s0")
+    assert path == curve
     assert finished(path, "env_steps", 20, "env steps", settings)
     assert not finished(curve_path(tmp_path, "b_s0"), "env_steps", 20, "env steps", settings)
-    with pytest.raises(ValueError, match=r"a_s0.csv.gz was trained with other \['algo.gamma'\]"):
-        finished(path, "env_steps", 20, "env steps", {"seed": 0, "algo": {"gamma": 0.9}})
+    other = {"seed": 0, "algo": {"gamma": 0.9}}
+    match = rf"a_s0.csv{suffix} was trained with other \['algo.gamma'\]"
+    with pytest.raises(ValueError, match=match):
+        finished(path, "env_steps", 20, "env steps", other)
     with pytest.raises(ValueError, match="ran 20 env steps, the study asks 30"):
         finished(path, "env_steps", 30, "env steps", settings)
     # a setting added since matches a run saved without it at its do-nothing value only
@@ -77,20 +94,26 @@ def test_a_gzipped_curve_is_a_finished_run_with_its_settings(tmp_path):
     with pytest.raises(ValueError, match=r"other \['algo.symmetry'\]"):
         finished(path, "env_steps", 20, "env steps",
                  {"seed": 0, "algo": {"gamma": 0.99, "symmetry": True}})
+    compress(settings_path(curve), suffix)  # as the repository keeps them: still checked
+    with pytest.raises(ValueError, match=match):
+        finished(path, "env_steps", 20, "env steps", other)
+    assert finished(path, "env_steps", 20, "env steps", settings)
 
 
-def test_write_csv_gzips_where_the_name_says_so(tmp_path):
-    path = tmp_path / "c.csv.gz"
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_write_csv_compresses_where_the_name_says_so(tmp_path, suffix):
+    path = tmp_path / f"c.csv{suffix}"
     write_csv(path, ROWS)
-    with gzip.open(path, "rt") as f:
+    with OPENERS[suffix](path, "rt") as f:
         assert f.readline().strip() == "iteration,env_steps,return"
     assert read_csv(path)["env_steps"].tolist() == [10.0, 20.0]
 
 
-def test_progress_logs_read_plain_or_gzipped(tmp_path):
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_progress_logs_read_plain_or_compressed(tmp_path, suffix):
     rows = [{"iteration": 1, "Episode/return": 1.5}, {"iteration": 2, "Episode/return": 2.0}]
     plain = tmp_path / "progress.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert read_jsonl(plain) == rows
-    gzip_file(plain)
-    assert read_jsonl(plain) == rows == read_jsonl(tmp_path / "progress.jsonl.gz")
+    kept = compress(plain, suffix)
+    assert read_jsonl(plain) == rows == read_jsonl(kept)

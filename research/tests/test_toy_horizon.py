@@ -97,7 +97,7 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
     sync = study.read_csv(tmp_path / "curves" / "sync_K8_N16_s0.csv")
     assert sync["phase_uniformity"].max() == 0.0
 
-    finished = tmp_path / "curves" / "sync_K8_N16_s0.csv.gz"
+    finished = tmp_path / "curves" / "sync_K8_N16_s0.csv.xz"
     stamp = finished.stat().st_mtime_ns
     assert study.run_grid(cfg, tmp_path) == []  # finished cells are skipped
     assert finished.stat().st_mtime_ns == stamp
@@ -110,7 +110,7 @@ def test_study_cell_runs_resumes_and_reports(tmp_path):
 
     cfg.study.toy.config.algo.ppo.gamma = 0.9  # another experiment: its curves are not these
     with pytest.raises(ValueError,
-                       match=r"sync_K8_N16_s0.csv.gz was trained with other \['algo.ppo.gamma'\]"):
+                       match=r"sync_K8_N16_s0.csv.xz was trained with other \['algo.ppo.gamma'\]"):
         study.run_grid(cfg, tmp_path)
     cfg.study.toy.env_steps = 5120
     with pytest.raises(ValueError, match="ran 2560 env steps"):
