@@ -118,9 +118,15 @@ def curve_path(out_dir: Path, name: str) -> Path:
 
 
 def settings_path(curve: Path) -> Path:
-    """Where the settings of the run that drew ``curve`` are written (beside it, plain JSON;
-    the repository keeps them compressed, which the readers take as well)."""
+    """Where the settings of the run that drew ``curve`` are kept: beside it, as JSON
+    (``<name>.settings.json``, compressed as the curve is; ``stored`` finds either form)."""
     return uncompressed(curve).with_suffix(".settings.json")
+
+
+def compressed_as(path: Path, like: Path) -> Path:
+    """``path`` with the compression suffix of ``like``, if it has one."""
+    suffix = Path(like).suffix
+    return path.with_name(path.name + suffix) if suffix in COMPRESSED else path
 
 
 def _write_atomically(path: Path, write: Callable) -> None:
@@ -144,7 +150,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def write_curve(path: Path, rows: list[dict], settings: dict) -> None:
     """A finished run's curve and, first, its settings: a curve never lacks them."""
-    _write_atomically(settings_path(path), lambda f: json.dump(settings, f, indent=1))
+    _write_atomically(compressed_as(settings_path(path), path),
+                      lambda f: json.dump(settings, f, indent=1))
     write_csv(path, rows)
 
 
@@ -178,7 +185,7 @@ def finished(path: Path, column: str, budget: int, unit: str, settings: dict) ->
     if done != budget:
         raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
                          "pick another out_dir")
-    saved = stored(settings_path(path))  # kept compressed in the repository, as the curves
+    saved = stored(settings_path(path))
     if saved.exists() and (changed := changed_settings(json.loads(open_text(saved).read()),
                                                        settings)):
         raise ValueError(f"{path} was trained with other {changed} than the study asks: "

@@ -66,8 +66,8 @@ def test_stagger_study_command_writes_its_summary_and_figures(tmp_path):
                  "scaling_with_n"):
         assert (out / f"{name}.png").stat().st_size > 0
     assert sorted(p.name for p in (out / "curves").iterdir()) == [
-        "staggered_K8_N16_s0.csv.xz", "staggered_K8_N16_s0.settings.json",
-        "sync_K8_N16_s0.csv.xz", "sync_K8_N16_s0.settings.json"]
+        "staggered_K8_N16_s0.csv.xz", "staggered_K8_N16_s0.settings.json.xz",
+        "sync_K8_N16_s0.csv.xz", "sync_K8_N16_s0.settings.json.xz"]
 
 
 def test_stagger_study_on_the_quadruped(tmp_path):

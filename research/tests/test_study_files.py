@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from research.study import (
+    compressed_as,
     curve_path,
     finished,
     read_csv,
@@ -59,16 +60,17 @@ def test_plain_xz_and_gzipped_curves_read_the_same(tmp_path):
     assert curve_path(tmp_path, "plain_s0") == curves / "plain_s0.csv"
 
 
-def test_a_new_curve_is_written_xz_compressed_beside_plain_settings(tmp_path):
+def test_a_new_curve_is_written_xz_compressed_with_its_settings(tmp_path):
     path = curve_path(tmp_path, "a_s0")
     assert path == tmp_path / "curves" / "a_s0.csv.xz"
     write_curve(path, ROWS, {"seed": 0})
     assert sorted(p.name for p in (tmp_path / "curves").iterdir()) == [
-        "a_s0.csv.xz", "a_s0.settings.json"]
+        "a_s0.csv.xz", "a_s0.settings.json.xz"]
     assert path.read_bytes().startswith(XZ_MAGIC)
     with lzma.open(path, "rt") as f:
         assert f.readline().strip() == "iteration,env_steps,return"
-    assert json.loads((tmp_path / "curves" / "a_s0.settings.json").read_text()) == {"seed": 0}
+    with lzma.open(tmp_path / "curves" / "a_s0.settings.json.xz", "rt") as f:
+        assert json.load(f) == {"seed": 0}
 
 
 @pytest.mark.parametrize("suffix", [".xz", ".gz"], ids=["new", "older_code"])
@@ -77,7 +79,9 @@ def test_a_compressed_curve_is_a_finished_run_with_its_settings(tmp_path, suffix
     settings = {"seed": 0, "algo": {"gamma": 0.99}}
     curve = tmp_path / "curves" / f"a_s0.csv{suffix}"
     write_curve(curve, ROWS, settings)
+    kept = tmp_path / "curves" / f"a_s0.settings.json{suffix}"  # compressed as the curve is
     assert settings_path(curve) == tmp_path / "curves" / "a_s0.settings.json"
+    assert compressed_as(settings_path(curve), curve) == kept and kept.exists()
     path = curve_path(tmp_path, "a_s0")
     assert path == curve
     assert finished(path, "env_steps", 20, "env steps", settings)
@@ -94,7 +98,9 @@ def test_a_compressed_curve_is_a_finished_run_with_its_settings(tmp_path, suffix
     with pytest.raises(ValueError, match=r"other \['algo.symmetry'\]"):
         finished(path, "env_steps", 20, "env steps",
                  {"seed": 0, "algo": {"gamma": 0.99, "symmetry": True}})
-    compress(settings_path(curve), suffix)  # as the repository keeps them: still checked
+    with OPENERS[suffix](kept, "rt") as f:  # plain, as studies wrote them before: still checked
+        settings_path(curve).write_text(f.read())
+    kept.unlink()
     with pytest.raises(ValueError, match=match):
         finished(path, "env_steps", 20, "env steps", other)
     assert finished(path, "env_steps", 20, "env steps", settings)
