@@ -186,8 +186,11 @@ def finished(path: Path, column: str, budget: int, unit: str, settings: dict) ->
         raise ValueError(f"{path} ran {done} {unit}, the study asks {budget}: remove it or "
                          "pick another out_dir")
     saved = stored(settings_path(path))
-    if saved.exists() and (changed := changed_settings(json.loads(open_text(saved).read()),
-                                                       settings)):
+    if not saved.exists():
+        return True
+    with open_text(saved) as f:
+        changed = changed_settings(json.load(f), settings)
+    if changed:
         raise ValueError(f"{path} was trained with other {changed} than the study asks: "
                          "remove it or pick another out_dir")
     return True
