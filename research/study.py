@@ -89,8 +89,10 @@ def run_settings(cfg: DictConfig) -> dict:
 
 
 # Settings the package gained after runs were kept, each with the value under which it
-# changes nothing: a run saved without the key matches that value only.
-ADDED_SETTINGS = {"algo.symmetry": False}
+# changes nothing: a run saved without the key matches that value only. A task saved
+# without ``fall_tilt`` reads it as its ``max_tilt``, 1.0 in every task kept before it.
+ADDED_SETTINGS = {"algo.symmetry": False, "task.rewards.weights.fallen": 0.0,
+                  "task.rewards.fall_tilt": 1.0}
 
 
 def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
