@@ -123,3 +123,21 @@ def test_progress_logs_read_plain_or_compressed(tmp_path, suffix):
     assert read_jsonl(plain) == rows
     kept = compress(plain, suffix)
     assert read_jsonl(plain) == rows == read_jsonl(kept)
+
+
+def test_a_run_kept_before_the_fallen_term_counts_only_with_the_term_off(tmp_path):
+    """Runs trained before the ``fallen`` reward term and ``fall_tilt`` existed read the
+    tilt as their termination's 1.0 rad and pay nothing for a fall."""
+    old = {"seed": 0, "task": {"rewards": {"weights": {"track": 1.0}}}}
+    curve = tmp_path / "curves" / "a_s0.csv.xz"
+    write_curve(curve, ROWS, old)
+
+    def now(fall_tilt, fallen):
+        return {"seed": 0, "task": {"rewards": {"fall_tilt": fall_tilt,
+                                                "weights": {"track": 1.0, "fallen": fallen}}}}
+
+    assert finished(curve, "env_steps", 20, "env steps", now(1.0, 0.0))
+    with pytest.raises(ValueError, match=r"other \['task.rewards.weights.fallen'\]"):
+        finished(curve, "env_steps", 20, "env steps", now(1.0, -5.0))
+    with pytest.raises(ValueError, match=r"other \['task.rewards.fall_tilt'\]"):
+        finished(curve, "env_steps", 20, "env steps", now(0.8, 0.0))
