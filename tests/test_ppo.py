@@ -87,18 +87,19 @@ def collect_rollout(
         )
 
 
-def train_point_mass(seed: int, iterations: int) -> tuple[float, float]:
+def train_point_mass(seed: int, iterations: int, precision: str = "float32",
+                     ) -> tuple[float, float]:
     """Train PPO on the point mass; return (initial, final) evaluation returns."""
     torch.manual_seed(seed)
     num_envs, num_steps = 64, 24
     env = PointMass(num_envs, seed)
     policy = ActorCritic(3, 1, actor_hidden_dims=(64, 64), critic_hidden_dims=(64, 64))
-    config = PPOConfig()
+    config = PPOConfig(precision=precision)
     ppo = PPO(policy, config, generator=torch.Generator().manual_seed(seed))
     storage = RolloutStorage(num_steps, num_envs, 3, 3, 1)
     initial = evaluate(policy)
     for _ in range(iterations):
-        with torch.inference_mode():
+        with torch.inference_mode(), ppo.autocast():
             collect_rollout(env, policy, storage, config.gamma)
         ppo.compute_returns(storage, env.obs())
         ppo.update(storage)
@@ -170,12 +171,64 @@ def test_normalizer_chunked_merge_matches_full_batch() -> None:
 
 
 @pytest.mark.slow
-def test_ppo_learns_point_mass() -> None:
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_ppo_learns_point_mass(precision: str) -> None:
     # Reference returns on the evaluation starts: zero force -31.3, bang-bang toward the
     # target -20.8, best hand-tuned PD -5.8. Seeds 0-5 all reach -6.2 to -6.8 here.
-    initial, final = train_point_mass(seed=0, iterations=30)
+    initial, final = train_point_mass(seed=0, iterations=30, precision=precision)
     assert final > initial + 20.0
     assert final > -8.0
+
+
+def test_bfloat16_update_runs_the_layers_in_bfloat16_and_keeps_float32_weights() -> None:
+    policy = small_policy()
+    ppo = PPO(policy, PPOConfig(precision="bfloat16"), generator=torch.Generator().manual_seed(0))
+    storage = filled_storage(policy)
+    ppo.compute_returns(storage, torch.randn(4, 3))
+    seen: set[torch.dtype] = set()
+    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+             for m in (policy.actor[0], policy.critic[0])]
+    stats = ppo.update(storage)
+    for hook in hooks:
+        hook.remove()
+    assert seen == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    assert policy.distribution(torch.randn(5, 3)).mean.dtype == torch.float32
+    assert stats["nonfinite_skipped"] == 0 and stats["kl"] > 0
+
+
+def test_a_rollout_under_the_ppo_autocast_acts_with_the_policy_the_update_learns() -> None:
+    """Acted in float32, a bfloat16 update's first ratios would be off by the layers'
+    rounding; acted under ``PPO.autocast``, the update's means are the rollout's."""
+    policy = small_policy()
+    with torch.no_grad():
+        policy.actor[-1].weight.mul_(100.0)  # means of order 1, so rounding shows
+    ppo = PPO(policy, PPOConfig(precision="bfloat16"))
+    with ppo.autocast():
+        storage = filled_storage(policy, num_envs=64)
+    batch = next(storage.mini_batches(1, 1, torch.Generator().manual_seed(0)))
+    with ppo.autocast():
+        torch.testing.assert_close(policy.distribution(batch.obs).mean, batch.action_mean,
+                                   rtol=0, atol=0)
+    off = (policy.distribution(batch.obs).mean - batch.action_mean).abs().max()
+    assert off > 1e-3
+
+
+@pytest.mark.parametrize("avx512_bf16", [True, False])
+def test_auto_precision_is_bfloat16_only_where_the_cpu_has_it(monkeypatch, avx512_bf16) -> None:
+    from locomotion.rl.ppo import layer_dtype
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    cpu = torch.device("cpu")
+    assert layer_dtype("auto", cpu) == (torch.bfloat16 if avx512_bf16 else torch.float32)
+    assert layer_dtype("float32", cpu) == torch.float32
+    assert layer_dtype("bfloat16", cpu) == torch.bfloat16
+
+
+def test_unknown_precision_raises() -> None:
+    with pytest.raises(ValueError, match="float32, bfloat16, auto"):
+        PPOConfig(precision="float16")
 
 
 def filled_storage(policy: ActorCritic, num_steps: int = 8, num_envs: int = 4) -> RolloutStorage:

@@ -121,14 +121,15 @@ class ActorCritic(nn.Module):
         """Return the factorized Gaussian for raw observations.
 
         Arguments are not validated so that non-finite inputs surface as a non-finite loss,
-        which PPO skips, instead of raising mid-update.
+        which PPO skips, instead of raising mid-update. The mean is float32 even where the
+        layers ran in bfloat16 (PPO's autocast), so the losses are float32.
         """
-        mean = self.actor(self.obs_normalizer(obs))
+        mean = self.actor(self.obs_normalizer(obs)).float()
         return Normal(mean, self.action_std.expand_as(mean), validate_args=False)
 
     def value(self, critic_obs: Tensor) -> Tensor:
-        """Return state values with shape ``[batch]``."""
-        return self.critic(self.critic_obs_normalizer(critic_obs)).squeeze(-1)
+        """Return state values with shape ``[batch]``, float32 as ``distribution``'s mean."""
+        return self.critic(self.critic_obs_normalizer(critic_obs)).squeeze(-1).float()
 
     @torch.no_grad()
     def act(self, obs: Tensor, critic_obs: Tensor | None = None) -> PolicyStep:

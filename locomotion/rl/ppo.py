@@ -13,6 +13,7 @@ from locomotion.rl.storage import MiniBatch, RolloutStorage
 
 SCHEDULES = ("adaptive", "fixed")
 ADVANTAGE_NORMALIZATIONS = ("batch", "mini_batch", "none")
+PRECISIONS = ("float32", "bfloat16", "auto")
 LR_FACTOR = 1.5
 
 
@@ -35,6 +36,7 @@ class PPOConfig:
     max_learning_rate: float = 1e-2
     max_grad_norm: float = 1.0
     advantage_normalization: str = "batch"
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         """Reject unknown option names at construction rather than mid-training."""
@@ -45,6 +47,27 @@ class PPOConfig:
                 f"unknown advantage_normalization {self.advantage_normalization!r}; "
                 f"valid: {', '.join(ADVANTAGE_NORMALIZATIONS)}"
             )
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; "
+                              f"valid: {', '.join(PRECISIONS)}")
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware (AVX512-BF16 or AMX on a
+    CPU, Ampere or later on CUDA); elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return False
+
+
+def layer_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype the policy's layers train in: ``auto`` is bfloat16 where ``device`` has it
+    in hardware, float32 elsewhere."""
+    if precision == "auto":
+        return torch.bfloat16 if native_bfloat16(device) else torch.float32
+    return getattr(torch, precision)
 
 
 def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean_new: Tensor, std_new: Tensor) -> Tensor:
@@ -91,7 +114,10 @@ class PPO:
     1-element KL tensor, so one collective per step serves both. Steps whose loss or
     (reduced) gradient norm is non-finite are skipped and counted. With a ``mirror`` every
     mini-batch is learned together with its left-right mirror image (twice the samples per
-    step, none of them simulated).
+    step, none of them simulated). With ``precision`` bfloat16 the policy's layers run
+    under autocast (``autocast``: the update's forward and backward passes, and the
+    rollout's, so the update's first ratios are the rollout's); weights, optimizer, actions
+    and losses stay float32.
     """
 
     def __init__(
@@ -116,17 +142,27 @@ class PPO:
         self.kl_with_grads = kl_with_grads
         self.generator = generator
         self.mirror = mirror
+        self.device_type = next(policy.parameters()).device.type
+        self.dtype = layer_dtype(self.config.precision, torch.device(self.device_type))
         self.learning_rate = self.config.learning_rate
         # one fused kernel per step instead of a dozen ops per parameter tensor (CPU and GPU)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate,
                                           fused=True)
 
+    def autocast(self) -> torch.autocast:
+        """The precision the policy's layers train in (``precision``), for the rollout and
+        the update alike."""
+        return torch.autocast(self.device_type, dtype=torch.bfloat16,
+                              enabled=self.dtype == torch.bfloat16)
+
     @torch.no_grad()
     def compute_returns(self, storage: RolloutStorage, last_critic_obs: Tensor) -> None:
         """Bootstrap from the critic on the post-rollout observation and fill GAE targets."""
         cfg = self.config
+        with self.autocast():
+            last_values = self.policy.value(last_critic_obs)
         storage.compute_returns(
-            self.policy.value(last_critic_obs),
+            last_values,
             cfg.gamma,
             cfg.lam,
             normalize_advantages=cfg.advantage_normalization == "batch",
@@ -173,10 +209,11 @@ class PPO:
             rollout = len(batch.obs)
             if self.mirror is not None:
                 batch = with_mirror(batch, self.mirror)
-            dist = self.policy.distribution(batch.obs)
+            with self.autocast():
+                dist = self.policy.distribution(batch.obs)
+                values = self.policy.value(batch.critic_obs)
             log_prob = dist.log_prob(batch.actions).sum(-1)
             entropy = dist.entropy().sum(-1).mean()
-            values = self.policy.value(batch.critic_obs)
 
             with torch.no_grad():
                 kl = gaussian_kl(batch.action_mean[:rollout], batch.action_std[:rollout],

@@ -516,7 +516,7 @@ class Runner:
         finished: dict[str, list[torch.Tensor]] = defaultdict(list)
         private = {k for hook in self.hooks.values() for k in hook.episode_keys}
         tally = EpisodeTally(private) if getattr(env, "masked", False) else None
-        with torch.inference_mode():
+        with torch.inference_mode(), self.ppo.autocast():
             obs = {k: v.clone() for k, v in env.obs.items()}
             for _ in range(self.num_steps):
                 act = policy.act(obs["policy"], obs["critic"])
