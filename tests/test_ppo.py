@@ -180,20 +180,25 @@ def test_ppo_learns_point_mass(precision: str) -> None:
     assert final > -8.0
 
 
-def test_bfloat16_update_runs_the_layers_in_bfloat16_and_keeps_float32_weights() -> None:
-    policy = small_policy()
+def test_bfloat16_update_runs_the_hidden_layers_in_bfloat16_and_the_rest_in_float32() -> None:
+    policy = ActorCritic(3, 2, actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16))
     ppo = PPO(policy, PPOConfig(precision="bfloat16"), generator=torch.Generator().manual_seed(0))
     storage = filled_storage(policy)
     ppo.compute_returns(storage, torch.randn(4, 3))
-    seen: set[torch.dtype] = set()
-    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
-             for m in (policy.actor[0], policy.critic[0])]
+    seen: dict[str, set[torch.dtype]] = {"hidden": set(), "head": set()}
+
+    def record(kind: str):
+        return lambda _module, _inputs, out: seen[kind].add(out.dtype)
+
+    hooks = [m.register_forward_hook(record("hidden")) for net in (policy.actor, policy.critic)
+             for m in net[:-1] if isinstance(m, torch.nn.Linear)]
+    hooks += [net[-1].register_forward_hook(record("head"))
+              for net in (policy.actor, policy.critic)]
     stats = ppo.update(storage)
     for hook in hooks:
         hook.remove()
-    assert seen == {torch.bfloat16}
+    assert seen == {"hidden": {torch.bfloat16}, "head": {torch.float32}}
     assert all(p.dtype == torch.float32 for p in policy.parameters())
-    assert policy.distribution(torch.randn(5, 3)).mean.dtype == torch.float32
     assert stats["nonfinite_skipped"] == 0 and stats["kl"] > 0
 
 

@@ -53,6 +53,17 @@ def make_mlp(
     return nn.Sequential(*layers)
 
 
+def run_mlp(mlp: nn.Sequential, x: Tensor) -> Tensor:
+    """``mlp(x)``, its output layer in float32 whatever precision autocast runs the hidden
+    layers in: rounded to bfloat16, a value keeps 3 significant digits, coarser than the
+    differences between values that GAE's advantages are made of."""
+    if not torch.is_autocast_enabled(x.device.type):
+        return mlp(x)
+    hidden = mlp[:-1](x)
+    with torch.autocast(x.device.type, enabled=False):
+        return mlp[-1](hidden.float())
+
+
 class PolicyStep(NamedTuple):
     """Everything a rollout step needs to store from the policy."""
 
@@ -122,14 +133,14 @@ class ActorCritic(nn.Module):
 
         Arguments are not validated so that non-finite inputs surface as a non-finite loss,
         which PPO skips, instead of raising mid-update. The mean is float32 even where the
-        layers ran in bfloat16 (PPO's autocast), so the losses are float32.
+        hidden layers run in bfloat16 (PPO's autocast).
         """
-        mean = self.actor(self.obs_normalizer(obs)).float()
+        mean = run_mlp(self.actor, self.obs_normalizer(obs))
         return Normal(mean, self.action_std.expand_as(mean), validate_args=False)
 
     def value(self, critic_obs: Tensor) -> Tensor:
         """Return state values with shape ``[batch]``, float32 as ``distribution``'s mean."""
-        return self.critic(self.critic_obs_normalizer(critic_obs)).squeeze(-1).float()
+        return run_mlp(self.critic, self.critic_obs_normalizer(critic_obs)).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: Tensor, critic_obs: Tensor | None = None) -> PolicyStep:
