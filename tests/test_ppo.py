@@ -219,20 +219,8 @@ def test_a_rollout_under_the_ppo_autocast_acts_with_the_policy_the_update_learns
     assert off > 1e-3
 
 
-@pytest.mark.parametrize("avx512_bf16", [True, False])
-def test_auto_precision_is_bfloat16_only_where_the_cpu_has_it(monkeypatch, avx512_bf16) -> None:
-    from locomotion.rl.ppo import layer_dtype
-
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    cpu = torch.device("cpu")
-    assert layer_dtype("auto", cpu) == (torch.bfloat16 if avx512_bf16 else torch.float32)
-    assert layer_dtype("float32", cpu) == torch.float32
-    assert layer_dtype("bfloat16", cpu) == torch.bfloat16
-
-
 def test_unknown_precision_raises() -> None:
-    with pytest.raises(ValueError, match="float32, bfloat16, auto"):
+    with pytest.raises(ValueError, match="float32, bfloat16"):
         PPOConfig(precision="float16")
 
 

@@ -13,7 +13,7 @@ from locomotion.rl.storage import MiniBatch, RolloutStorage
 
 SCHEDULES = ("adaptive", "fixed")
 ADVANTAGE_NORMALIZATIONS = ("batch", "mini_batch", "none")
-PRECISIONS = ("float32", "bfloat16", "auto")
+PRECISIONS = ("float32", "bfloat16")
 LR_FACTOR = 1.5
 
 
@@ -50,24 +50,6 @@ class PPOConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; "
                               f"valid: {', '.join(PRECISIONS)}")
-
-
-def native_bfloat16(device: torch.device) -> bool:
-    """Whether ``device`` multiplies bfloat16 matrices in hardware (AVX512-BF16 or AMX on a
-    CPU, Ampere or later on CUDA); elsewhere bfloat16 is emulated and slower than float32."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    if device.type == "cpu":
-        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return False
-
-
-def layer_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype the policy's layers train in: ``auto`` is bfloat16 where ``device`` has it
-    in hardware, float32 elsewhere."""
-    if precision == "auto":
-        return torch.bfloat16 if native_bfloat16(device) else torch.float32
-    return getattr(torch, precision)
 
 
 def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean_new: Tensor, std_new: Tensor) -> Tensor:
@@ -143,7 +125,6 @@ class PPO:
         self.generator = generator
         self.mirror = mirror
         self.device_type = next(policy.parameters()).device.type
-        self.dtype = layer_dtype(self.config.precision, torch.device(self.device_type))
         self.learning_rate = self.config.learning_rate
         # one fused kernel per step instead of a dozen ops per parameter tensor (CPU and GPU)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.learning_rate,
@@ -153,7 +134,7 @@ class PPO:
         """The precision the policy's layers train in (``precision``), for the rollout and
         the update alike."""
         return torch.autocast(self.device_type, dtype=torch.bfloat16,
-                              enabled=self.dtype == torch.bfloat16)
+                              enabled=self.config.precision == "bfloat16")
 
     @torch.no_grad()
     def compute_returns(self, storage: RolloutStorage, last_critic_obs: Tensor) -> None:
