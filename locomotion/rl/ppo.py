@@ -131,8 +131,8 @@ class PPO:
                                           fused=True)
 
     def autocast(self) -> torch.autocast:
-        """The precision the policy's layers train in (``precision``), for the rollout and
-        the update alike."""
+        """The precision the policy's hidden layers train in (``precision``), for the
+        rollout and the update alike."""
         return torch.autocast(self.device_type, dtype=torch.bfloat16,
                               enabled=self.config.precision == "bfloat16")
 
