@@ -392,7 +392,8 @@ def sign_test(wins: int, losses: int) -> float:
 def tally_line(what: str, signs: list[int], names: tuple[str, str], ties: str) -> str:
     """``what``: first better in w seeds, second in l, ``ties`` in t; the sign test."""
     wins, losses = signs.count(1), signs.count(-1)
-    return (f"{what}: {names[0]} in {wins} seeds, {names[1]} in {losses}, {ties} in "
+    seeds = "seed" if wins == 1 else "seeds"
+    return (f"{what}: {names[0]} in {wins} {seeds}, {names[1]} in {losses}, {ties} in "
             f"{len(signs) - wins - losses}; sign test p = {sign_test(wins, losses):.3f}")
 
 

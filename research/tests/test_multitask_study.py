@@ -387,7 +387,7 @@ def test_primary_table_pairs_seeds_counts_censored_runs_and_tests_the_signs():
     assert (f"- Sooner by wall-clock: {lp} in 2 seeds, {uni} in 0, tied or neither got there "
             "in 2; sign test p = 0.500;") in table
     assert "- 2 of 4 pairs hold a censored run" in table
-    assert (f"- More subtasks at 0.8 at the budget: {lp} in 1 seeds, {uni} in 0, equal in 3; "
+    assert (f"- More subtasks at 0.8 at the budget: {lp} in 1 seed, {uni} in 0, equal in 3; "
             "sign test p = 1.000; mean difference +0.25.") in table
     assert study.primary_table({(uni, 0): curves[(uni, 0)]}, cfg).startswith(
         "No seed has both")

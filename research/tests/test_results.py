@@ -107,6 +107,16 @@ def test_the_pages_power_command_gives_the_pages_table(monkeypatch, capsys):
     assert len(rows) == 2 + 8 and all(row in text for row in rows)
 
 
+def test_the_pages_per_subtask_means_are_the_power_commands(monkeypatch, capsys):
+    """docs/multitask.md's per-subtask mean ln ratios over the fresh seeds are the ones
+    its multitask_power command prints (the bar: none below -0.10)."""
+    out = run_main(multitask_power, page_command(MULTITASK_PAGE, "multitask_power"),
+                   monkeypatch, capsys)
+    means = re.search(r"Measured effect per subtask: (.*?)\. Spread", out)[1]
+    assert means.count(",") == 8
+    assert means in MULTITASK_PAGE.read_text().replace("\u2212", "-").replace("\n", " ")
+
+
 def test_curve_diff_finds_where_the_kept_pairs_part(monkeypatch, capsys):
     """docs/multitask.md: the learning-progress runs of seeds 0-2 part from the uniform ones
     at iteration 21, 25 and 18."""
