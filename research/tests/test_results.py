@@ -109,7 +109,7 @@ def test_the_pages_power_command_gives_the_pages_table(monkeypatch, capsys):
 
 def test_the_pages_per_subtask_means_are_the_power_commands(monkeypatch, capsys):
     """docs/multitask.md's per-subtask mean ln ratios over the fresh seeds are the ones
-    its multitask_power command prints (the bar: none below -0.10)."""
+    its multitask_power command prints, all nine subtasks of them."""
     out = run_main(multitask_power, page_command(MULTITASK_PAGE, "multitask_power"),
                    monkeypatch, capsys)
     means = re.search(r"Measured effect per subtask: (.*?)\. Spread", out)[1]
