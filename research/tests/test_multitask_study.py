@@ -406,6 +406,18 @@ def test_fresh_seeds_run_the_shipped_allocation_against_uniform_at_the_same_budg
                                                               default.num_envs, default.algo)
 
 
+def test_the_cost_seed_set_runs_progress_per_cost_on_fresh_seeds_in_its_own_out_dir():
+    default = load_config("multitask_study", [])
+    fresh = load_config("multitask_study", ["seed_set=fresh"])
+    cost = load_config("multitask_study", ["seed_set=cost"])
+    assert list(cost.allocations) == ["progress_per_cost", "uniform"]
+    assert set(cost.seeds) <= set(fresh.seeds)
+    assert cost.out_dir not in (default.out_dir, fresh.out_dir)
+    assert cost.runs_dir not in (default.runs_dir, fresh.runs_dir)
+    assert (cost.iterations, cost.num_envs, cost.algo) == (fresh.iterations, fresh.num_envs,
+                                                           fresh.algo)
+
+
 def test_only_the_cost_aware_allocation_records_its_probe_settings():
     study = multitask_study
     cfg = load_config("multitask_study", [])
