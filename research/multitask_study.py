@@ -374,6 +374,34 @@ def at_budget(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict:
             "worst": float(last.min())}
 
 
+def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
+                       cfg: DictConfig) -> str:
+    """Markdown: per subtask, its windowed success averaged over the whole run (the area
+    under its curve over the budget; 0 before its first measured window), first and
+    second allocation paired per seed. Unlike the env steps to the threshold, a subtask
+    that hovers just under the threshold for millions of env steps shows here by its level,
+    not by when noise first lifts it over."""
+    first, second = [str(a) for a in cfg.allocations[:2]]
+    seeds = sorted(s for a, s in curves if a == first and (second, s) in curves)
+    if not seeds:
+        return f"No seed has both a {first} and a {second} run yet.\n"
+    level = {key: np.nan_to_num(held_success(curves[key], cfg), nan=0.0).mean(1)
+             for key in curves if key[1] in seeds}
+    names = subtask_names(curves[(first, seeds[0])])
+    diff = np.stack([level[(first, s)] - level[(second, s)] for s in seeds])
+    lines = [f"Mean success over the run, {first} / {second} (mean over seeds "
+             f"{', '.join(map(str, seeds))}), and {first} minus {second} per seed", "",
+             f"| subtask | {first} / {second} | difference | per seed | seeds where "
+             f"{first} is higher |", "|---|---|---|---|---|"]
+    for j, name in enumerate(names):
+        mine = np.mean([level[(first, s)][j] for s in seeds])
+        theirs = np.mean([level[(second, s)][j] for s in seeds])
+        per_seed = ", ".join(f"{d:+.3f}" for d in diff[:, j])
+        lines.append(f"| {name} | {mine:.3f} / {theirs:.3f} | {diff[:, j].mean():+.3f} | "
+                     f"{per_seed} | {int((diff[:, j] > 0).sum())}/{len(seeds)} |")
+    return "\n".join(lines) + "\n"
+
+
 def sooner(x: dict, y: dict, key: str) -> int:
     """+1 where run ``x`` got every subtask there first by ``key`` (env steps or wall
     seconds), -1 where ``y`` did, 0 where both got there at once or neither did."""
@@ -522,7 +550,7 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     shares = {key: shares_until_reached(c, steps[key]) for key, c in curves.items()}
     tables = [summary_table(steps, cfg), seed_table(steps, shares, cfg)]
     if len(cfg.allocations) > 1:
-        tables.append(experience_table(steps, curves, cfg))
+        tables += [experience_table(steps, curves, cfg), mean_success_table(curves, cfg)]
     (out_dir / "summary.md").write_text("\n".join(tables))
     if len(cfg.allocations) > 1:
         (out_dir / "primary.md").write_text(primary_table(curves, cfg))

@@ -393,6 +393,24 @@ def test_primary_table_pairs_seeds_counts_censored_runs_and_tests_the_signs():
         "No seed has both")
 
 
+
+def test_mean_success_is_the_level_over_the_whole_run_paired_per_seed():
+    study = multitask_study
+    cfg = load_config("multitask_study", ["window=1", "min_episodes=1", "seeds=[0,1]"])
+    lp, uni = "learning_progress", "uniform"
+    # a is unmeasured (0) in iteration 1 under learning progress, then held over iteration 3
+    curves = {(lp, 0): run_curve({"a": [np.nan, 1.0, np.nan, 0.5], "b": [1.0] * 4}),
+              (uni, 0): run_curve({"a": [0.5] * 4, "b": [0.0, 0, 1, 1]}),
+              (lp, 1): run_curve({"a": [1.0] * 4, "b": [0.0] * 4}),
+              (uni, 1): run_curve({"a": [0.0] * 4, "b": [0.0] * 4}),
+              (lp, 2): run_curve({"a": [1.0] * 4, "b": [1.0] * 4})}  # unpaired: left out
+    table = study.mean_success_table(curves, cfg)
+    assert "(mean over seeds 0, 1)" in table
+    assert "| a | 0.812 / 0.250 | +0.562 | +0.125, +1.000 | 2/2 |" in table
+    assert "| b | 0.500 / 0.250 | +0.250 | +0.500, +0.000 | 1/2 |" in table
+    assert study.mean_success_table({(uni, 0): curves[(uni, 0)]}, cfg).startswith(
+        "No seed has both")
+
 def test_fresh_seeds_run_the_shipped_allocation_against_uniform_at_the_same_budget():
     from locomotion.config import load_config as package_config
 
