@@ -465,7 +465,8 @@ def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: Dic
         signs = [sooner(x, y, key) for x, y in pairs]
         lines.append("- " + tally_line(f"Sooner by {what}", signs, names,
                                        "tied or neither got there")
-                     + f"; mean ln ratio {np.mean(ratio[key]):+.3f} over {len(seeds)} seeds.")
+                     + f"; mean ln ratio {np.mean(ratio[key]):+.3f} over {len(seeds)} "
+                     + ("seed." if len(seeds) == 1 else "seeds."))
     lines.append(f"- {censored} of {len(seeds)} pairs hold a censored run, counted at its "
                  "budget: its ln ratio is a bound (the censored run would take longer).")
     for key, what in (("mastered", f"More subtasks at {thr} at the budget"),
