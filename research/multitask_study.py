@@ -374,6 +374,21 @@ def at_budget(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict:
             "worst": float(last.min())}
 
 
+def paired_seeds(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig
+                 ) -> tuple[str, str, list[int]]:
+    """The first two allocations and the seeds with a run of both, in order."""
+    first, second = [str(a) for a in cfg.allocations[:2]]
+    return first, second, sorted(s for a, s in curves if a == first and (second, s) in curves)
+
+
+def no_pair(first: str, second: str) -> str:
+    return f"No seed has both a {first} and a {second} run yet.\n"
+
+
+def seeds_word(n: int) -> str:
+    return "seed" if n == 1 else "seeds"
+
+
 def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
                        cfg: DictConfig) -> str:
     """Markdown: per subtask, its windowed success averaged over the whole run (the area
@@ -381,23 +396,21 @@ def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
     second allocation paired per seed. Unlike the env steps to the threshold, a subtask
     that hovers just under the threshold for millions of env steps shows here by its level,
     not by when noise first lifts it over."""
-    first, second = [str(a) for a in cfg.allocations[:2]]
-    seeds = sorted(s for a, s in curves if a == first and (second, s) in curves)
+    first, second, seeds = paired_seeds(curves, cfg)
     if not seeds:
-        return f"No seed has both a {first} and a {second} run yet.\n"
-    level = {key: np.nan_to_num(held_success(curves[key], cfg), nan=0.0).mean(1)
-             for key in curves if key[1] in seeds}
+        return no_pair(first, second)
+    mine, theirs = (np.stack([np.nan_to_num(held_success(curves[(a, s)], cfg), nan=0.0)
+                              .mean(1) for s in seeds]) for a in (first, second))
     names = subtask_names(curves[(first, seeds[0])])
-    diff = np.stack([level[(first, s)] - level[(second, s)] for s in seeds])
+    diff = mine - theirs
     lines = [f"Mean success over the run, {first} / {second} (mean over seeds "
              f"{', '.join(map(str, seeds))}), and {first} minus {second} per seed", "",
              f"| subtask | {first} / {second} | difference | per seed | seeds where "
              f"{first} is higher |", "|---|---|---|---|---|"]
     for j, name in enumerate(names):
-        mine = np.mean([level[(first, s)][j] for s in seeds])
-        theirs = np.mean([level[(second, s)][j] for s in seeds])
         per_seed = ", ".join(f"{d:+.3f}" for d in diff[:, j])
-        lines.append(f"| {name} | {mine:.3f} / {theirs:.3f} | {diff[:, j].mean():+.3f} | "
+        lines.append(f"| {name} | {mine[:, j].mean():.3f} / {theirs[:, j].mean():.3f} | "
+                     f"{diff[:, j].mean():+.3f} | "
                      f"{per_seed} | {int((diff[:, j] > 0).sum())}/{len(seeds)} |")
     return "\n".join(lines) + "\n"
 
@@ -420,8 +433,7 @@ def sign_test(wins: int, losses: int) -> float:
 def tally_line(what: str, signs: list[int], names: tuple[str, str], ties: str) -> str:
     """``what``: first better in w seeds, second in l, ``ties`` in t; the sign test."""
     wins, losses = signs.count(1), signs.count(-1)
-    seeds = "seed" if wins == 1 else "seeds"
-    return (f"{what}: {names[0]} in {wins} {seeds}, {names[1]} in {losses}, {ties} in "
+    return (f"{what}: {names[0]} in {wins} {seeds_word(wins)}, {names[1]} in {losses}, {ties} in "
             f"{len(signs) - wins - losses}; sign test p = {sign_test(wins, losses):.3f}")
 
 
@@ -429,10 +441,9 @@ def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: Dic
                   ) -> str:
     """Markdown: the primary and secondary measures of the first two allocations, paired
     per seed (the seeds with both runs), with sign tests and mean ln ratios."""
-    first, second = [str(a) for a in cfg.allocations[:2]]
-    seeds = sorted(s for a, s in curves if a == first and (second, s) in curves)
+    first, second, seeds = paired_seeds(curves, cfg)
     if not seeds:
-        return f"No seed has both a {first} and a {second} run yet.\n"
+        return no_pair(first, second)
     reach = {key: all_at_threshold(c, cfg) for key, c in curves.items()}
     final = {key: at_budget(c, cfg) for key, c in curves.items()}
 
@@ -466,7 +477,7 @@ def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: Dic
         lines.append("- " + tally_line(f"Sooner by {what}", signs, names,
                                        "tied or neither got there")
                      + f"; mean ln ratio {np.mean(ratio[key]):+.3f} over {len(seeds)} "
-                     + ("seed." if len(seeds) == 1 else "seeds."))
+                     f"{seeds_word(len(seeds))}.")
     lines.append(f"- {censored} of {len(seeds)} pairs hold a censored run, counted at its "
                  "budget: its ln ratio is a bound (the censored run would take longer).")
     for key, what in (("mastered", f"More subtasks at {thr} at the budget"),

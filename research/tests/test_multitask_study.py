@@ -393,7 +393,6 @@ def test_primary_table_pairs_seeds_counts_censored_runs_and_tests_the_signs():
         "No seed has both")
 
 
-
 def test_mean_success_is_the_level_over_the_whole_run_paired_per_seed():
     study = multitask_study
     cfg = load_config("multitask_study", ["window=1", "min_episodes=1", "seeds=[0,1]"])
@@ -410,6 +409,7 @@ def test_mean_success_is_the_level_over_the_whole_run_paired_per_seed():
     assert "| b | 0.500 / 0.250 | +0.250 | +0.500, +0.000 | 1/2 |" in table
     assert study.mean_success_table({(uni, 0): curves[(uni, 0)]}, cfg).startswith(
         "No seed has both")
+
 
 def test_fresh_seeds_run_the_shipped_allocation_against_uniform_at_the_same_budget():
     from locomotion.config import load_config as package_config
