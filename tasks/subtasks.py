@@ -113,11 +113,25 @@ class SubtaskSet:
                                                                  batch_first=True)
         self._commands_dev = self._commands.to(env.device)
         self._gait_dev = self._gait.to(env.device)
+        if env.terrain is not None:  # every slot enters its first subtask
+            env.curriculum.levels.copy_(self._entry_levels(self.slots.current))
         task.observe_subtasks(self.onehot)
+
+    def _entry_levels(self, sub: torch.Tensor) -> torch.Tensor:
+        """Levels [n] for slots entering subtasks ``sub`` [n]: uniform over each one's range.
+
+        A slot keeps its level while it stays in a subtask; one that enters a subtask has
+        earned nothing there, so it does not carry over a level earned elsewhere (flat-ground
+        slots climb the grid with distance and would land on the top of every range)."""
+        low, high = self._levels[sub].unbind(1)
+        u = torch.rand(len(sub), generator=self.env.gen, device=self.env.gen.device)
+        span = high - low + 1
+        return low + torch.minimum((u * span).long(), span - 1)
 
     def before_reset(self, env_ids: torch.Tensor) -> None:
         """Envs ``env_ids`` are resetting: switch them to their target subtask and set it up
         (command ranges, gait, pushes, terrain tile) before the task spawns them."""
+        entering = self.slots.target[env_ids] != self.slots.current[env_ids]
         self.slots.adopt(env_ids)
         sub = self.slots.current[env_ids]
         env, cpu = self.env, sub.cpu()
@@ -127,11 +141,12 @@ class SubtaskSet:
         env.randomizer.enable("push", env_ids, self._push[sub])
         self.onehot[env_ids] = torch.nn.functional.one_hot(sub, len(self.subtasks)).float()
         if env.terrain is not None:
-            self._place_on_terrain(env_ids, sub)
+            self._place_on_terrain(env_ids, sub, entering)
 
     def before_reset_where(self, mask: torch.Tensor) -> None:
         """``before_reset`` of the envs where ``mask`` [N] is set (the env's masked step
         mode: no host read)."""
+        entering = mask & (self.slots.target != self.slots.current)
         self.slots.adopt_where(mask)
         sub, env = self.slots.current, self.env
         env.task.set_command_ranges_where(mask, self._commands_dev[sub])
@@ -145,11 +160,14 @@ class SubtaskSet:
             u = torch.rand(len(sub), generator=env.gen, device=env.gen.device)
             pick = torch.minimum((u * count).long(), count - 1)
             levels = self._levels[sub]
-            level = torch.maximum(torch.minimum(cur.levels, levels[:, 1]), levels[:, 0])
+            kept = torch.maximum(torch.minimum(cur.levels, levels[:, 1]), levels[:, 0])
+            level = torch.where(entering, self._entry_levels(sub), kept)
             cur.place_where(mask, self._column_table[sub, pick], level)
 
-    def _place_on_terrain(self, env_ids: torch.Tensor, sub: torch.Tensor) -> None:
-        """A column of the subtask's terrain types, a level in its range (batched per subtask)."""
+    def _place_on_terrain(self, env_ids: torch.Tensor, sub: torch.Tensor,
+                          entering: torch.Tensor) -> None:
+        """A column of the subtask's terrain types and a level in its range: the slot's own,
+        clamped, or an entry level where it is ``entering`` the subtask (batched per subtask)."""
         cur = self.env.curriculum
         for k in torch.unique(sub).tolist():
             ids = env_ids[sub == k]
@@ -157,7 +175,9 @@ class SubtaskSet:
             pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen,
                                  device=self.env.gen.device).to(cols.device)
             low, high = self._levels[k].tolist()
-            cur.place(ids, cols[pick], cur.levels[ids].clamp(low, high))
+            level = torch.where(entering[sub == k], self._entry_levels(sub[sub == k]),
+                                cur.levels[ids].clamp(low, high))
+            cur.place(ids, cols[pick], level)
 
     def on_episodes_end(self, env_ids: torch.Tensor | slice, episode: dict) -> None:
         """Judge the finished episodes of ``env_ids``: adds to ``episode`` their ``subtask``

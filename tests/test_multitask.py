@@ -69,6 +69,34 @@ def test_env_switches_subtask_only_at_its_reset(env_with):
     assert switched.any()
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["indexed", "masked"])
+def test_slot_entering_a_subtask_starts_on_a_level_of_its_own_range(env_with, masked):
+    env = env_with("num_envs=64")
+    mt, cur = subtasks_of(env), env.curriculum
+    for k, s in enumerate(mt.subtasks):  # the first placement: uniform over each range
+        low, high = s.levels
+        held = cur.levels[mt.slots.current == k]
+        assert ((held >= low) & (held <= high)).all()
+    stairs, flat = mt.names.index("stairs"), mt.names.index("flat")
+    assert mt.subtasks[stairs].levels == (0, 1) and mt.subtasks[flat].levels == (0, 3)
+    counts = mt.slots.counts(num_subtasks=len(mt.names))
+    counts[stairs] += counts[flat]
+    counts[flat] = 0
+    mt.slots.retarget(counts)
+    entering = mt.slots.target != mt.slots.current
+    cur.levels.fill_(3)  # the top of the grid, as flat-ground slots reach by walking
+    if masked:
+        mt.before_reset_where(torch.ones(env.num_envs, dtype=torch.bool))
+    else:
+        mt.before_reset(torch.arange(env.num_envs))
+    assert entering.sum() >= 7
+    moved_in = cur.levels[entering]
+    assert (moved_in == 0).any() and (moved_in == 1).any()   # not all on stairs' top level
+    stayed = ~entering
+    tops = torch.tensor([mt.subtasks[k].levels[1] for k in mt.slots.current[stayed].tolist()])
+    assert torch.equal(cur.levels[stayed], tops)  # a slot that stays keeps its level, clamped
+
+
 def test_gait_reward_follows_the_schedule(env_with):
     env = env_with()
     gait = env.task.gait
