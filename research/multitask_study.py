@@ -32,6 +32,7 @@ from pathlib import Path
 
 import hydra
 import numpy as np
+import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,6 +40,7 @@ from locomotion.multitask import training_hooks
 from locomotion.rl.checkpoint import load_checkpoint
 from locomotion.rl.runner import Runner
 from locomotion.tasks import make_env, subtasks_of
+from locomotion.tasks.subtasks import FLAT
 from research.study import (
     changed_settings,
     curve_path,
@@ -84,16 +86,24 @@ def curve_settings(run_cfg: DictConfig) -> dict:
 
 
 def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> dict:
-    """One CSV row: per subtask its success rate (NaN without episodes), episodes, share."""
+    """One CSV row: per subtask its success rate (NaN without episodes), episodes, share,
+    and for a subtask off flat ground the mean terrain level its slots hold."""
     mt = stats["hooks"]  # the scheduler's statistics
-    shares = subtasks_of(runner.env).slots.counts("current", len(names)).double()
-    shares = shares / shares.sum()
+    sub, curriculum = subtasks_of(runner.env), runner.env.curriculum
+    current = sub.slots.current.cpu()
+    counts = torch.bincount(current, minlength=len(names)).double()
+    shares = counts / counts.sum()
     row = {"iteration": stats["iteration"], "env_steps": stats["env_steps"],
            "wall_s": time.perf_counter() - start}
+    if curriculum is not None:
+        levels = torch.bincount(current, weights=curriculum.levels.cpu().double(),
+                                minlength=len(names)) / counts.clamp(min=1)
     for i, n in enumerate(names):
         row[f"success/{n}"] = mt.get(f"multitask/success/{n}", math.nan)
         row[f"episodes/{n}"] = mt.get(f"multitask/episodes/{n}", 0.0)
         row[f"share/{n}"] = float(shares[i])
+        if curriculum is not None and sub.subtasks[i].terrain != (FLAT,):
+            row[f"level/{n}"] = float(levels[i])
     return row
 
 
@@ -389,21 +399,18 @@ def seeds_word(n: int) -> str:
     return "seed" if n == 1 else "seeds"
 
 
-def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
-                       cfg: DictConfig) -> str:
-    """Markdown: per subtask, its windowed success averaged over the whole run (the area
-    under its curve over the budget; 0 before its first measured window), first and
-    second allocation paired per seed. Unlike the env steps to the threshold, a subtask
-    that hovers just under the threshold for millions of env steps shows here by its level,
-    not by when noise first lifts it over."""
+def paired_mean_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig,
+                      what: str, per_run) -> str:
+    """Markdown: per subtask, a run's mean of something over the run (``per_run(curve)``:
+    subtask names and one value each), first and second allocation paired per seed."""
     first, second, seeds = paired_seeds(curves, cfg)
     if not seeds:
         return no_pair(first, second)
-    mine, theirs = (np.stack([np.nan_to_num(held_success(curves[(a, s)], cfg), nan=0.0)
-                              .mean(1) for s in seeds]) for a in (first, second))
-    names = subtask_names(curves[(first, seeds[0])])
+    names = per_run(curves[(first, seeds[0])])[0]
+    mine, theirs = (np.stack([per_run(curves[(a, s)])[1] for s in seeds])
+                    for a in (first, second))
     diff = mine - theirs
-    lines = [f"Mean success over the run, {first} / {second} (mean over seeds "
+    lines = [f"{what}, {first} / {second} (mean over seeds "
              f"{', '.join(map(str, seeds))}), and {first} minus {second} per seed", "",
              f"| subtask | {first} / {second} | difference | per seed | seeds where "
              f"{first} is higher |", "|---|---|---|---|---|"]
@@ -413,6 +420,30 @@ def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
                      f"{diff[:, j].mean():+.3f} | "
                      f"{per_seed} | {int((diff[:, j] > 0).sum())}/{len(seeds)} |")
     return "\n".join(lines) + "\n"
+
+
+def mean_success_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
+                       cfg: DictConfig) -> str:
+    """Each subtask's windowed success averaged over the whole run (the area under its
+    curve over the budget; 0 before its first measured window), paired per seed. Unlike
+    the env steps to the threshold, a subtask that hovers just under the threshold for
+    millions of env steps shows here by its level, not by when noise first lifts it over."""
+    return paired_mean_table(curves, cfg, "Mean success over the run", lambda c: (
+        subtask_names(c), np.nan_to_num(held_success(c, cfg), nan=0.0).mean(1)))
+
+
+def level_names(curve: dict[str, np.ndarray]) -> list[str]:
+    return [k.split("/", 1)[1] for k in curve if k.startswith("level/")]
+
+
+def mean_level_table(curves: dict[tuple[str, int], dict[str, np.ndarray]],
+                     cfg: DictConfig) -> str:
+    """The terrain subtasks' mean slot level over the run, paired per seed: which levels
+    an allocation's slots walk, since success on a subtask is judged at the levels its
+    slots hold."""
+    return paired_mean_table(curves, cfg, "Mean terrain level of the slots over the run",
+                             lambda c: (level_names(c), np.stack(
+                                 [c[f"level/{n}"] for n in level_names(c)]).mean(1)))
 
 
 def sooner(x: dict, y: dict, key: str) -> int:
@@ -563,6 +594,8 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
     tables = [summary_table(steps, cfg), seed_table(steps, shares, cfg)]
     if len(cfg.allocations) > 1:
         tables += [experience_table(steps, curves, cfg), mean_success_table(curves, cfg)]
+        if all(level_names(c) for c in curves.values()):  # recorded since seed_set=entry
+            tables.append(mean_level_table(curves, cfg))
     (out_dir / "summary.md").write_text("\n".join(tables))
     if len(cfg.allocations) > 1:
         (out_dir / "primary.md").write_text(primary_table(curves, cfg))

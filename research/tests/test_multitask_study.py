@@ -136,6 +136,8 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     shares = np.stack([curve[f"share/{n}"] for n in names])
     assert shares.sum(0) == pytest.approx(1.0) and (shares > 0).all()  # floors hold
     assert sum(curve[f"episodes/{n}"].sum() for n in names) > 0
+    assert study.level_names(curve) == ["rough", "stairs", "slopes"]  # off flat ground
+    assert ((curve["level/stairs"] >= 0) & (curve["level/stairs"] <= 1)).all()
     checkpoint = runs / "learning_progress_s0" / "checkpoints" / "latest.pt"
     assert checkpoint.exists()
 
@@ -411,6 +413,17 @@ def test_mean_success_is_the_level_over_the_whole_run_paired_per_seed():
         "No seed has both")
 
 
+def test_mean_level_pairs_the_terrain_subtasks_levels_per_seed():
+    study = multitask_study
+    cfg = load_config("multitask_study", ["seeds=[0]"])
+    lp, uni = "learning_progress", "uniform"
+    curves = {(lp, 0): {"level/stairs": np.array([1.0, 0.0, 0.5])},
+              (uni, 0): {"level/stairs": np.array([1.0, 1.0, 1.0])}}
+    table = study.mean_level_table(curves, cfg)
+    assert table.startswith("Mean terrain level of the slots over the run")
+    assert "| stairs | 0.500 / 1.000 | -0.500 | -0.500 | 0/1 |" in table
+
+
 def test_fresh_seeds_run_the_shipped_allocation_against_uniform_at_the_same_budget():
     from locomotion.config import load_config as package_config
 
@@ -434,6 +447,19 @@ def test_the_cost_seed_set_runs_progress_per_cost_on_fresh_seeds_in_its_own_out_
     assert cost.runs_dir not in (default.runs_dir, fresh.runs_dir)
     assert (cost.iterations, cost.num_envs, cost.algo) == (fresh.iterations, fresh.num_envs,
                                                            fresh.algo)
+
+
+def test_the_entry_seed_set_runs_the_shipped_allocation_on_seeds_nothing_has_seen():
+    default, fresh, cost, entry = (load_config("multitask_study", overrides) for overrides in
+                                   ([], ["seed_set=fresh"], ["seed_set=cost"],
+                                    ["seed_set=entry"]))
+    assert list(entry.allocations) == list(fresh.allocations)
+    assert not set(entry.seeds) & (set(default.seeds) | set(fresh.seeds) | set(cost.seeds))
+    assert len(entry.seeds) >= 5
+    assert entry.out_dir not in (default.out_dir, fresh.out_dir, cost.out_dir)
+    assert entry.runs_dir not in (default.runs_dir, fresh.runs_dir, cost.runs_dir)
+    assert (entry.iterations, entry.num_envs, entry.algo) == (fresh.iterations,
+                                                              fresh.num_envs, fresh.algo)
 
 
 def test_only_the_cost_aware_allocation_records_its_probe_settings():
