@@ -170,12 +170,13 @@ class SubtaskSet:
         clamped, or an entry level where it is ``entering`` the subtask (batched per subtask)."""
         cur = self.env.curriculum
         for k in torch.unique(sub).tolist():
-            ids = env_ids[sub == k]
+            here = sub == k
+            ids = env_ids[here]
             cols = self._columns[k]
             pick = torch.randint(len(cols), (len(ids),), generator=self.env.gen,
                                  device=self.env.gen.device).to(cols.device)
             low, high = self._levels[k].tolist()
-            level = torch.where(entering[sub == k], self._entry_levels(sub[sub == k]),
+            level = torch.where(entering[here], self._entry_levels(sub[here]),
                                 cur.levels[ids].clamp(low, high))
             cur.place(ids, cols[pick], level)
 
