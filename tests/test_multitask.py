@@ -73,10 +73,11 @@ def test_env_switches_subtask_only_at_its_reset(env_with):
 def test_slot_entering_a_subtask_starts_on_a_level_of_its_own_range(env_with, masked):
     env = env_with("num_envs=64")
     mt, cur = subtasks_of(env), env.curriculum
-    for k, s in enumerate(mt.subtasks):  # the first placement: uniform over each range
+    for k, s in enumerate(mt.subtasks):  # the first placement: over each range
         low, high = s.levels
         held = cur.levels[mt.slots.current == k]
         assert ((held >= low) & (held <= high)).all()
+    assert (cur.levels > 1).any()  # beyond the grid's initial levels (max_init_level=1)
     stairs, flat = mt.names.index("stairs"), mt.names.index("flat")
     assert mt.subtasks[stairs].levels == (0, 1) and mt.subtasks[flat].levels == (0, 3)
     counts = mt.slots.counts(num_subtasks=len(mt.names))
