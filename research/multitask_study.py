@@ -90,13 +90,12 @@ def curve_row(runner: Runner, stats: dict, names: list[str], start: float) -> di
     and for a subtask off flat ground the mean terrain level its slots hold."""
     mt = stats["hooks"]  # the scheduler's statistics
     sub, curriculum = subtasks_of(runner.env), runner.env.curriculum
-    current = sub.slots.current.cpu()
-    counts = torch.bincount(current, minlength=len(names)).double()
+    counts = sub.slots.counts("current", len(names)).double()
     shares = counts / counts.sum()
     row = {"iteration": stats["iteration"], "env_steps": stats["env_steps"],
            "wall_s": time.perf_counter() - start}
     if curriculum is not None:
-        levels = torch.bincount(current, weights=curriculum.levels.cpu().double(),
+        levels = torch.bincount(sub.slots.current.cpu(), weights=curriculum.levels.cpu().double(),
                                 minlength=len(names)) / counts.clamp(min=1)
     for i, n in enumerate(names):
         row[f"success/{n}"] = mt.get(f"multitask/success/{n}", math.nan)
