@@ -16,6 +16,13 @@ study's seeds would be sooner on all subtasks, and so the chance that ``--seeds`
 drawn from them all are; and the same from a normal model with the measured spread. A
 seed's pair is sooner on all subtasks for every effect above ``max(mean - d)`` over its
 subtasks, the effect it "needs".
+
+With ``--floor F`` the table is instead the chance that no subtask's mean ``d`` over
+``--seeds`` seeds is below ``F`` (a bar that no subtask be sacrificed), from the normal
+model with the measured spread.
+
+    python -m research.multitask_power research/results/multitask_entry_levels \
+        seed_set=entry --seeds 5 --floor -0.10
 """
 
 from __future__ import annotations
@@ -70,13 +77,15 @@ def needed_effect(d: np.ndarray) -> np.ndarray:
     return (d.mean(0) - d).max(1)
 
 
-def chance_all_sooner(effect: np.ndarray, shared_sd: float, rest_sd: float,
-                      draws: int = 200_000, seed: int = 0) -> float:
-    """Normal model: fraction of simulated pairs in which every subtask's ``d`` is > 0."""
+def chance_all_above(effect: np.ndarray, shared_sd: float, rest_sd: float, seeds: int = 1,
+                     floor: float = 0.0, draws: int = 200_000, seed: int = 0) -> float:
+    """Normal model: fraction of simulated studies of ``seeds`` pairs in which every
+    subtask's mean ``d`` over the pairs is above ``floor`` (one pair, floor 0: the pair is
+    sooner on every subtask)."""
     rng = np.random.default_rng(seed)
-    d = effect + rng.normal(0, shared_sd, (draws, 1)) + rng.normal(0, rest_sd,
-                                                                   (draws, len(effect)))
-    return float((d > 0).all(1).mean())
+    d = effect + (rng.normal(0, shared_sd, (draws, seeds, 1))
+                  + rng.normal(0, rest_sd, (draws, seeds, len(effect)))).mean(1)
+    return float((d > floor).all(1).mean())
 
 
 def effects(text: str) -> list[float]:
@@ -98,10 +107,13 @@ def main() -> None:
     parser.add_argument("study", type=Path,
                         help="a study's out_dir, e.g. research/results/multitask")
     parser.add_argument("--seeds", type=positive, default=3, metavar="K",
-                        help="seeds that must all be sooner")
+                        help="seeds of a study: all sooner, or averaged with --floor")
     parser.add_argument("--effects", type=effects,
                         default=effects("0,0.05,0.1,0.2,0.3,0.4,0.5,0.6"),
                         help="effects to simulate, ln(uniform steps / allocation's steps)")
+    parser.add_argument("--floor", type=float, default=None, metavar="F",
+                        help="instead: the chance that no subtask's mean over K seeds is "
+                             "below F, e.g. -0.10")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=40")
     args = parser.parse_intermixed_args()
     cfg = load_config("multitask_study", args.overrides)
@@ -114,16 +126,23 @@ def main() -> None:
               f"{n} {e:+.2f}" for n, e in zip(names, effect, strict=True))
           + f". Spread: per seed {shared_sd:.2f}, per subtask and seed {rest_sd:.2f}. "
           f"Sooner on every subtask: {observed} of {len(seeds)} seeds (normal model: "
-          f"{chance_all_sooner(effect, shared_sd, rest_sd):.2f} per seed). Effect each "
+          f"{chance_all_above(effect, shared_sd, rest_sd):.2f} per seed). Effect each "
           "seed needs: " + ", ".join(f"{s} {n:.2f}" for s, n in zip(seeds, needed,
                                                                    strict=True)) + ".\n")
     k = args.seeds
+    if args.floor is not None:
+        print(f"| effect on every subtask | steps, allocation / uniform | normal model: no "
+              f"subtask's mean over {k} seeds below {args.floor:+.2f} |\n|---|---|---|")
+        for e in args.effects:
+            p = chance_all_above(np.full(len(names), e), shared_sd, rest_sd, k, args.floor)
+            print(f"| {e:+.2f} | {math.exp(-e):.2f} | {p:.3f} |")
+        return
     print(f"| effect on every subtask | steps, allocation / uniform | seeds sooner on all "
           f"| chance for {k} of them | normal model: per seed | {k} seeds |\n"
           "|---|---|---|---|---|---|")
     for e in args.effects:
         m = int((needed < e).sum())
-        p = chance_all_sooner(np.full(len(names), e), shared_sd, rest_sd)
+        p = chance_all_above(np.full(len(names), e), shared_sd, rest_sd)
         drawn = f"{math.comb(m, k) / math.comb(len(seeds), k):.2f}" if k <= len(seeds) else "-"
         print(f"| {e:+.2f} | {math.exp(-e):.2f} | {m} of {len(seeds)} | {drawn} | {p:.3f} | "
               f"{p ** k:.4f} |")

@@ -300,9 +300,14 @@ def test_power_splits_the_pairs_spread_and_finds_the_effect_each_seed_needs(tmp_
     assert effect == pytest.approx([0.1, 0.5]) and rest_sd == pytest.approx(0.0, abs=1e-9)
     assert shared_sd == pytest.approx(0.2)
     assert power.needed_effect(d) == pytest.approx([0.0, -0.2, 0.2])
-    assert power.chance_all_sooner(np.array([0.1, 0.2]), 0.0, 0.0) == 1.0
-    assert power.chance_all_sooner(np.array([0.1, -0.2]), 0.0, 0.0) == 0.0
-    assert 0.2 < power.chance_all_sooner(np.zeros(2), 0.0, 1.0) < 0.3  # (1/2)^2
+    assert power.chance_all_above(np.array([0.1, 0.2]), 0.0, 0.0) == 1.0
+    assert power.chance_all_above(np.array([0.1, -0.2]), 0.0, 0.0) == 0.0
+    assert 0.2 < power.chance_all_above(np.zeros(2), 0.0, 1.0) < 0.3  # (1/2)^2
+    # Means over 4 seeds spread by 1/2: each subtask above -1/2 with Phi(1) = 0.841.
+    assert power.chance_all_above(np.zeros(2), 0.0, 1.0, seeds=4, floor=-0.5) == \
+        pytest.approx(0.841 ** 2, abs=0.01)
+    assert power.chance_all_above(np.zeros(2), 1.0, 0.0, seeds=4, floor=-0.5) == \
+        pytest.approx(0.841, abs=0.01)  # a shared effect moves both subtasks together
 
 
 def test_overview_rows_pair_each_allocation_with_uniform_runs_of_its_seeds(tmp_path):
