@@ -117,6 +117,19 @@ def test_the_pages_per_subtask_means_are_the_power_commands(monkeypatch, capsys)
     assert means in MULTITASK_PAGE.read_text().replace("\u2212", "-").replace("\n", " ")
 
 
+def test_the_pages_floor_chances_are_the_power_commands(monkeypatch, capsys):
+    """docs/multitask.md's chances that no subtask's five-seed mean is below -0.10, for an
+    allocation with no effect, 5 % and 10 % fewer env steps, are its --floor command's."""
+    text = MULTITASK_PAGE.read_text().replace("\n", " ")
+    command = re.search(r"`python -m research.multitask_power ([^`]*--floor[^`]*)`", text)[1]
+    out = run_main(multitask_power, command.split(), monkeypatch, capsys)
+    chances = {row.split(" | ")[0][2:]: float(row.split(" | ")[2].rstrip(" |"))
+               for row in table_rows(out)[2:]}
+    quoted = re.search(r"in (\d+) % of such studies, .*? in (\d+) %, .*? in (\d+) %", text)
+    assert [int(q) for q in quoted.groups()] == [round(100 * chances[e])
+                                                 for e in ("+0.00", "+0.05", "+0.10")]
+
+
 def test_curve_diff_finds_where_the_kept_pairs_part(monkeypatch, capsys):
     """docs/multitask.md: the learning-progress runs of seeds 0-2 part from the uniform ones
     at iteration 21, 25 and 18."""
