@@ -83,8 +83,9 @@ def chance_all_above(effect: np.ndarray, shared_sd: float, rest_sd: float, seeds
     subtask's mean ``d`` over the pairs is above ``floor`` (one pair, floor 0: the pair is
     sooner on every subtask)."""
     rng = np.random.default_rng(seed)
-    d = effect + (rng.normal(0, shared_sd, (draws, seeds, 1))
-                  + rng.normal(0, rest_sd, (draws, seeds, len(effect)))).mean(1)
+    scale = 1 / math.sqrt(seeds)  # a mean over independent pairs
+    d = effect + rng.normal(0, shared_sd * scale, (draws, 1)) + rng.normal(
+        0, rest_sd * scale, (draws, len(effect)))
     return float((d > floor).all(1).mean())
 
 
