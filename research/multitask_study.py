@@ -21,7 +21,8 @@ A subtask counts as reached at the first iteration where its success rate over t
 primary measure (``primary.md``) is the env steps and wall-clock until every subtask is
 there at the same time, a run that never gets there censored at its budget; secondary are
 the subtasks there and the worst subtask's success at the budget. Both are paired per
-seed, the first allocation against the second, with a sign test and the mean ln ratio.
+seed, the first allocation against each of the others (one table each), with a sign test
+and the mean ln ratio.
 """
 
 from __future__ import annotations
@@ -383,10 +384,11 @@ def at_budget(curve: dict[str, np.ndarray], cfg: DictConfig) -> dict:
             "worst": float(last.min())}
 
 
-def paired_seeds(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig
-                 ) -> tuple[str, str, list[int]]:
-    """The first two allocations and the seeds with a run of both, in order."""
-    first, second = [str(a) for a in cfg.allocations[:2]]
+def paired_seeds(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig,
+                 second: str | None = None) -> tuple[str, str, list[int]]:
+    """The first allocation, ``second`` (by default the second allocation) and the seeds
+    with a run of both, in order."""
+    first, second = str(cfg.allocations[0]), second or str(cfg.allocations[1])
     return first, second, sorted(s for a, s in curves if a == first and (second, s) in curves)
 
 
@@ -467,11 +469,12 @@ def tally_line(what: str, signs: list[int], names: tuple[str, str], ties: str) -
             f"{len(signs) - wins - losses}; sign test p = {sign_test(wins, losses):.3f}")
 
 
-def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig
-                  ) -> str:
-    """Markdown: the primary and secondary measures of the first two allocations, paired
-    per seed (the seeds with both runs), with sign tests and mean ln ratios."""
-    first, second, seeds = paired_seeds(curves, cfg)
+def primary_table(curves: dict[tuple[str, int], dict[str, np.ndarray]], cfg: DictConfig,
+                  second: str | None = None) -> str:
+    """Markdown: the primary and secondary measures of the first allocation against
+    ``second`` (by default the second allocation), paired per seed (the seeds with both
+    runs), with sign tests and mean ln ratios."""
+    first, second, seeds = paired_seeds(curves, cfg, second)
     if not seeds:
         return no_pair(first, second)
     reach = {key: all_at_threshold(c, cfg) for key, c in curves.items()}
@@ -597,7 +600,8 @@ def report(cfg: DictConfig, out_dir: Path) -> None:
             tables.append(mean_level_table(curves, cfg))
     (out_dir / "summary.md").write_text("\n".join(tables))
     if len(cfg.allocations) > 1:
-        (out_dir / "primary.md").write_text(primary_table(curves, cfg))
+        (out_dir / "primary.md").write_text("\n".join(
+            primary_table(curves, cfg, str(other)) for other in cfg.allocations[1:]))
     plot_success(curves, cfg, out_dir / "success_vs_env_steps.png")
     first = min(curves)
     plot_allocation(curves[first], f"{first[0]}, seed {first[1]}", out_dir / "allocation.png")

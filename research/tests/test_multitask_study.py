@@ -17,7 +17,9 @@ from research import (
     subtask_checks,
     subtask_terrain,
 )
-from research.study import first_difference, load_config, mean_band, write_csv
+from research.study import curve_path, first_difference, load_config, mean_band, write_csv
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SMALL = ["num_envs=32", "iterations=2", "seeds=[0]", "algo.num_steps=8", "multitask.every=1",
          "terrain.levels=4", "terrain.curriculum.max_init_level=1", "task.episode_length_s=0.1",
@@ -400,6 +402,22 @@ def test_primary_table_pairs_seeds_counts_censored_runs_and_tests_the_signs():
         "No seed has both")
 
 
+def test_primary_table_pairs_the_first_allocation_with_the_one_asked():
+    """With three allocations, primary.md pairs the first with each of the others."""
+    cfg = load_config("multitask_study", [
+        "success_threshold=0.8", "window=1", "min_episodes=1", "seeds=[0]",
+        "allocations=[progress_per_cost,learning_progress,uniform]"])
+    curves = {("progress_per_cost", 0): run_curve({"a": [0, 0, 1.0, 1]}),
+              ("learning_progress", 0): run_curve({"a": [0, 1.0, 1, 1]}),
+              ("uniform", 0): run_curve({"a": [0, 0, 0, 1.0]})}
+    tables = {other: multitask_study.primary_table(curves, cfg, other)
+              for other in ("learning_progress", "uniform")}
+    assert multitask_study.primary_table(curves, cfg) == tables["learning_progress"]
+    assert "| 0 | 3.0M / 2.0M | -0.41 |" in tables["learning_progress"]
+    assert "| 0 | 3.0M / 4.0M | +0.29 |" in tables["uniform"]
+    assert "progress_per_cost / uniform;" in tables["uniform"]
+
+
 def test_mean_success_is_the_level_over_the_whole_run_paired_per_seed():
     study = multitask_study
     cfg = load_config("multitask_study", ["window=1", "min_episodes=1", "seeds=[0,1]"])
@@ -465,6 +483,24 @@ def test_the_entry_seed_set_runs_the_shipped_allocation_on_seeds_nothing_has_see
     assert entry.runs_dir not in (default.runs_dir, fresh.runs_dir, cost.runs_dir)
     assert (entry.iterations, entry.num_envs, entry.algo) == (fresh.iterations,
                                                               fresh.num_envs, fresh.algo)
+
+
+def test_the_cost_entry_seed_set_compares_with_the_entry_studys_own_runs():
+    """seed_set=cost_entry holds copies of seed_set=entry's learning_progress and uniform
+    curves of its seeds, which it accepts as finished: only progress_per_cost runs."""
+    entry, both = (load_config("multitask_study", [f"seed_set={name}"])
+                   for name in ("entry", "cost_entry"))
+    assert list(both.allocations) == ["progress_per_cost", *entry.allocations]
+    assert set(both.seeds) <= set(entry.seeds) and both.out_dir != entry.out_dir
+    assert (both.iterations, both.num_envs, both.algo) == (entry.iterations, entry.num_envs,
+                                                           entry.algo)
+    for allocation in entry.allocations:
+        for seed in both.seeds:
+            mine, theirs = (curve_path(ROOT / cfg.out_dir, multitask_study.run_name(
+                allocation, int(seed))) for cfg in (both, entry))
+            assert mine.read_bytes() == theirs.read_bytes()
+    left = multitask_study.pending(both, ROOT / both.out_dir)
+    assert {allocation for allocation, _ in left} <= {"progress_per_cost"}
 
 
 def test_only_the_cost_aware_allocation_records_its_probe_settings():
