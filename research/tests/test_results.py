@@ -107,14 +107,15 @@ def test_the_pages_power_command_gives_the_pages_table(monkeypatch, capsys):
     assert len(rows) == 2 + 8 and all(row in text for row in rows)
 
 
-def test_the_pages_per_subtask_means_are_the_power_commands(monkeypatch, capsys):
-    """docs/multitask.md's per-subtask mean ln ratios over the fresh seeds are the ones
-    its multitask_power command prints, all nine subtasks of them."""
-    out = run_main(multitask_power, page_command(MULTITASK_PAGE, "multitask_power"),
-                   monkeypatch, capsys)
+@pytest.mark.parametrize("page", [MULTITASK_PAGE, HISTORY_PAGE], ids=lambda p: p.name)
+def test_the_pages_per_subtask_means_are_the_power_commands(page, monkeypatch, capsys):
+    """The per-subtask mean ln ratios over fresh seeds on each page (seeds 15-19 in
+    docs/multitask.md, 10-14 in the history) are the ones its first multitask_power command
+    prints, all nine subtasks of them."""
+    out = run_main(multitask_power, page_command(page, "multitask_power"), monkeypatch, capsys)
     means = re.search(r"Measured effect per subtask: (.*?)\. Spread", out)[1]
     assert means.count(",") == 8
-    assert means in MULTITASK_PAGE.read_text().replace("\u2212", "-").replace("\n", " ")
+    assert means in page.read_text().replace("\u2212", "-").replace("\n", " ")
 
 
 def test_the_pages_floor_chances_are_the_power_commands(monkeypatch, capsys):
