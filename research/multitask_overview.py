@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from research.multitask_power import paired_log_ratios
-from research.study import load_config, uncompressed
+from research.study import load_config, study_curves, uncompressed
 
 CURVE = re.compile(r"(?P<allocation>.+)_s(?P<seed>\d+)\.csv")
 BASELINE = "uniform"
@@ -27,7 +27,7 @@ BASELINE = "uniform"
 def paired_runs(study: Path) -> dict[str, list[int]]:
     """Per allocation other than the baseline, the seeds with a baseline curve too."""
     runs: dict[str, set[int]] = {}
-    for path in sorted((study / "curves").glob("*.csv*")):  # plain or compressed
+    for path in study_curves(study):  # plain or compressed, its own and those it shares
         if m := CURVE.fullmatch(uncompressed(path).name):
             runs.setdefault(m["allocation"], set()).add(int(m["seed"]))
     base = runs.pop(BASELINE, set())

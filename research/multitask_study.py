@@ -6,9 +6,10 @@ rate, episode count and share of env slots to ``<out_dir>/curves/<allocation>_s<
 Runs whose CSV exists are skipped, so an interrupted study resumes; the settings each run was
 trained with are kept beside its CSV, and a study asked for other settings stops there. The
 scheduler's knobs do not enter a uniform run's settings, so the uniform curves (CSV and
-settings) can be copied into the out_dir of a study that changes only them. Then the
-summary (env steps until each subtask reaches its success threshold), the primary measure
-and the figures are (re)drawn.
+settings) can be shared with a study that changes only them: listed in its
+``curves/shared.txt``, they are read where they are kept (``research.study.curve_path``).
+Then the summary (env steps until each subtask reaches its success threshold), the primary
+measure and the figures are (re)drawn.
 
     python -m research.multitask_study                      # 2 allocations x 7 seeds
     python -m research.multitask_study jobs=2 seeds=[0]     # one seed, both runs at once

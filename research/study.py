@@ -111,12 +111,36 @@ def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     return changed
 
 
+SHARED = "shared.txt"  # in a study's curves/: its runs whose curves another study keeps
+
+
+def shared_curves(out_dir: Path) -> list[Path]:
+    """The curves listed in ``<out_dir>/curves/shared.txt``, one path per line relative to
+    that directory (``#`` starts a comment): a study that reuses runs of another (the same
+    seed and settings, such as the uniform runs of a study that changes only the
+    scheduler's knobs) reads their curves and settings where they are kept, not copies."""
+    listing = Path(out_dir) / "curves" / SHARED
+    if not listing.exists():
+        return []
+    lines = (line.split("#")[0].strip() for line in listing.read_text().splitlines())
+    return [listing.parent / line for line in lines if line]
+
+
+def study_curves(out_dir: Path) -> list[Path]:
+    """Every curve of a study: its own (plain or compressed) and those it shares."""
+    return sorted(Path(out_dir).glob("curves/*.csv*")) + shared_curves(out_dir)
+
+
 def curve_path(out_dir: Path, name: str) -> Path:
     """Where run ``name`` of a study writing to ``out_dir`` keeps its curve: ``.csv.xz``, or
-    the plain or gzipped one an older study kept there."""
+    the plain or gzipped one an older study kept there, or the one it shares with another
+    study. A curve found nowhere is written to ``out_dir``."""
     plain = Path(out_dir) / "curves" / f"{name}.csv"
     kept = stored(plain)
-    return kept if kept.exists() else plain.with_name(plain.name + ".xz")
+    if kept.exists():
+        return kept
+    shared = [c for c in shared_curves(out_dir) if uncompressed(c).name == plain.name]
+    return shared[0] if shared else plain.with_name(plain.name + ".xz")
 
 
 def settings_path(curve: Path) -> Path:

@@ -486,8 +486,9 @@ def test_the_entry_seed_set_runs_the_shipped_allocation_on_seeds_nothing_has_see
 
 
 def test_the_cost_entry_seed_set_compares_with_the_entry_studys_own_runs():
-    """seed_set=cost_entry holds copies of seed_set=entry's learning_progress and uniform
-    curves of its seeds, which it accepts as finished: only progress_per_cost runs."""
+    """seed_set=cost_entry reads seed_set=entry's learning_progress and uniform curves of
+    its seeds where that study keeps them, and accepts them as finished: only
+    progress_per_cost runs."""
     entry, both = (load_config("multitask_study", [f"seed_set={name}"])
                    for name in ("entry", "cost_entry"))
     assert list(both.allocations) == ["progress_per_cost", *entry.allocations]

@@ -19,6 +19,7 @@ from research.study import (
     read_jsonl,
     settings_path,
     stored,
+    study_curves,
     write_csv,
     write_curve,
 )
@@ -71,6 +72,23 @@ def test_a_new_curve_is_written_xz_compressed_with_its_settings(tmp_path):
         assert f.readline().strip() == "iteration,env_steps,return"
     with lzma.open(tmp_path / "curves" / "a_s0.settings.json.xz", "rt") as f:
         assert json.load(f) == {"seed": 0}
+
+
+def test_a_study_reads_the_curves_it_shares_where_they_are_kept(tmp_path):
+    """A run listed in curves/shared.txt is read, settings and all, from the study that
+    keeps it; a run listed nowhere is written to the study's own directory."""
+    settings = {"seed": 0}
+    kept = curve_path(tmp_path / "base", "uniform_s0")
+    write_curve(kept, ROWS, settings)
+    write_curve(curve_path(tmp_path / "base", "other_s0"), ROWS, settings)
+    study = tmp_path / "variant"
+    (study / "curves").mkdir(parents=True)
+    (study / "curves" / "shared.txt").write_text(
+        "# the uniform run is the base study's\n../../base/curves/uniform_s0.csv.xz\n")
+    assert curve_path(study, "uniform_s0").resolve() == kept.resolve()
+    assert finished(curve_path(study, "uniform_s0"), "env_steps", 20, "env steps", settings)
+    assert curve_path(study, "other_s0") == study / "curves" / "other_s0.csv.xz"
+    assert [p.name for p in study_curves(study)] == ["uniform_s0.csv.xz"]
 
 
 @pytest.mark.parametrize("suffix", [".xz", ".gz"], ids=["new", "older_code"])
