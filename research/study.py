@@ -134,12 +134,14 @@ def study_curves(out_dir: Path) -> list[Path]:
 def curve_path(out_dir: Path, name: str) -> Path:
     """Where run ``name`` of a study writing to ``out_dir`` keeps its curve: ``.csv.xz``, or
     the plain or gzipped one an older study kept there, or the one it shares with another
-    study. A curve found nowhere is written to ``out_dir``."""
+    study. A curve found nowhere (a listed one missing too) is written to ``out_dir``,
+    never into another study."""
     plain = Path(out_dir) / "curves" / f"{name}.csv"
     kept = stored(plain)
     if kept.exists():
         return kept
-    shared = [c for c in shared_curves(out_dir) if uncompressed(c).name == plain.name]
+    shared = [c for c in shared_curves(out_dir)
+              if uncompressed(c).name == plain.name and c.exists()]
     return shared[0] if shared else plain.with_name(plain.name + ".xz")
 
 
