@@ -171,6 +171,7 @@ def test_normalizer_chunked_merge_matches_full_batch() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:algo.ppo.precision=bfloat16")  # emulated on some CPUs
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_ppo_learns_point_mass(precision: str) -> None:
     # Reference returns on the evaluation starts: zero force -31.3, bang-bang toward the
@@ -180,6 +181,7 @@ def test_ppo_learns_point_mass(precision: str) -> None:
     assert final > -8.0
 
 
+@pytest.mark.filterwarnings("ignore:algo.ppo.precision=bfloat16")  # emulated on some CPUs
 def test_bfloat16_update_runs_the_hidden_layers_in_bfloat16_and_the_rest_in_float32() -> None:
     policy = ActorCritic(3, 2, actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16))
     ppo = PPO(policy, PPOConfig(precision="bfloat16"), generator=torch.Generator().manual_seed(0))
@@ -202,6 +204,7 @@ def test_bfloat16_update_runs_the_hidden_layers_in_bfloat16_and_the_rest_in_floa
     assert stats["nonfinite_skipped"] == 0 and stats["kl"] > 0
 
 
+@pytest.mark.filterwarnings("ignore:algo.ppo.precision=bfloat16")  # emulated on some CPUs
 def test_a_rollout_under_the_ppo_autocast_acts_with_the_policy_the_update_learns() -> None:
     """Acted in float32, a bfloat16 update's first ratios would be off by the layers'
     rounding; acted under ``PPO.autocast``, the update's means are the rollout's."""
@@ -217,6 +220,20 @@ def test_a_rollout_under_the_ppo_autocast_acts_with_the_policy_the_update_learns
                                    rtol=0, atol=0)
     off = (policy.distribution(batch.obs).mean - batch.action_mean).abs().max()
     assert off > 1e-3
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_warns_where_the_device_would_emulate_it(monkeypatch, native: bool) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PPO(small_policy(), PPOConfig(precision="bfloat16"))
+        PPO(small_policy(), PPOConfig(precision="float32"))
+    emulated = [w for w in caught if "bfloat16 matrix instructions" in str(w.message)]
+    assert len(emulated) == (0 if native else 1)
+    if emulated:
+        assert "algo.ppo.precision=float32" in str(emulated[0].message)
 
 
 def test_unknown_precision_raises() -> None:
