@@ -14,7 +14,7 @@ from locomotion.rl import (
     RolloutStorage,
     bootstrap_truncated,
 )
-from locomotion.rl.ppo import gaussian_kl
+from locomotion.rl.ppo import gaussian_kl, native_bfloat16
 
 HORIZON = 50
 
@@ -234,6 +234,17 @@ def test_bfloat16_warns_where_the_device_would_emulate_it(monkeypatch, native: b
     assert len(emulated) == (0 if native else 1)
     if emulated:
         assert "algo.ppo.precision=float32" in str(emulated[0].message)
+
+
+def test_native_bfloat16_asks_cuda_for_hardware_and_trusts_a_torch_that_cannot_tell(
+        monkeypatch) -> None:
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: asked.append(including_emulation))
+    assert not native_bfloat16("cuda") and asked == [False]
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
+    assert native_bfloat16("cpu")
 
 
 def test_unknown_precision_raises() -> None:
