@@ -23,15 +23,12 @@ import copy
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 
+from locomotion.config import load_config
 from locomotion.rl.runner import Runner, learner_threads
 from locomotion.tasks import make_env
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def time_updates(runner: Runner, repeats: int) -> list[float]:
@@ -58,8 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error("--repeats must be >= 1 and --warmup >= 0")
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=args.overrides)
+    cfg = load_config("train", args.overrides)
     env = make_env(cfg)
     runner = Runner(env, cfg)
     runner.start()
