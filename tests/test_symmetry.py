@@ -131,6 +131,13 @@ def test_ppo_learns_each_mini_batch_with_its_mirror_image(make_env):
     mirrored = torch.distributions.Normal(both.action_mean[n:], both.action_std[n:])
     torch.testing.assert_close(mirrored.log_prob(both.actions[n:]).sum(-1),
                                dist.log_prob(batch.actions).sum(-1))
+    # without the critic's mirror (algo.ppo.mirror_critic=false) the actor's half is the
+    # same and the critic keeps the rollout's samples alone
+    actor_only = with_mirror(batch, mirror, critic=False)
+    for k in ("obs", "actions", "advantages", "log_probs", "action_mean", "action_std"):
+        torch.testing.assert_close(getattr(actor_only, k), getattr(both, k))
+    for k in ("critic_obs", "values", "returns"):
+        torch.testing.assert_close(getattr(actor_only, k), getattr(batch, k))
 
 
 def test_symmetry_without_a_mirror_rule_is_refused_with_the_terms(make_env, capsys):

@@ -38,6 +38,7 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     advantage_normalization: str = "batch"
     precision: str = "float32"
+    mirror_critic: bool = True  # with a mirror: the critic learns the mirrored samples too
 
     def __post_init__(self) -> None:
         """Reject unknown option names at construction rather than mid-training."""
@@ -84,18 +85,23 @@ class Mirror(Protocol):
     def actions(self, x: Tensor) -> Tensor: ...
 
 
-def with_mirror(batch: MiniBatch, mirror: Mirror) -> MiniBatch:
+def with_mirror(batch: MiniBatch, mirror: Mirror, critic: bool = True) -> MiniBatch:
     """The mini-batch followed by its mirror image (symmetry augmentation): mirrored
-    observations, actions and rollout-policy means and stds, the same advantages, returns,
-    values and log-probabilities (a Gaussian's density is unchanged by the mirror)."""
+    observations, actions and rollout-policy means and stds, the same advantages and
+    log-probabilities (a Gaussian's density is unchanged by the mirror). With ``critic``
+    the critic's observations, values and returns are doubled the same way; without, the
+    critic keeps the rollout's samples alone (its rows are the first ``len(batch.obs)``)."""
     def both(x: Tensor, mirrored: Tensor | None = None) -> Tensor:
         return torch.cat((x, x if mirrored is None else mirrored))
 
+    critic_obs, values, returns = batch.critic_obs, batch.values, batch.returns
+    if critic:
+        critic_obs = both(critic_obs, mirror.observations("critic", critic_obs))
+        values, returns = both(values), both(returns)
     return MiniBatch(
         obs=both(batch.obs, mirror.observations("policy", batch.obs)),
-        critic_obs=both(batch.critic_obs, mirror.observations("critic", batch.critic_obs)),
-        actions=both(batch.actions, mirror.actions(batch.actions)),
-        values=both(batch.values), returns=both(batch.returns),
+        critic_obs=critic_obs, actions=both(batch.actions, mirror.actions(batch.actions)),
+        values=values, returns=returns,
         advantages=both(batch.advantages), log_probs=both(batch.log_probs),
         action_mean=both(batch.action_mean, mirror.actions(batch.action_mean)),
         action_std=both(batch.action_std, mirror.actions(batch.action_std).abs()))
@@ -210,7 +216,7 @@ class PPO:
             # the mirrored state by the policy's asymmetry, not by this update's step
             rollout = len(batch.obs)
             if self.mirror is not None:
-                batch = with_mirror(batch, self.mirror)
+                batch = with_mirror(batch, self.mirror, cfg.mirror_critic)
             with self.autocast():
                 dist = self.policy.distribution(batch.obs)
                 values = self.policy.value(batch.critic_obs)
