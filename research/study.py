@@ -92,7 +92,8 @@ def run_settings(cfg: DictConfig) -> dict:
 # changes nothing: a run saved without the key matches that value only. A task saved
 # without ``fall_tilt`` reads it as its ``max_tilt``, 1.0 in every task kept before it.
 ADDED_SETTINGS = {"algo.symmetry": False, "task.rewards.weights.fallen": 0.0,
-                  "task.rewards.fall_tilt": 1.0, "algo.ppo.precision": "float32"}
+                  "task.rewards.fall_tilt": 1.0, "algo.ppo.precision": "float32",
+                  "algo.ppo.mirror_critic": True}
 
 
 def changed_settings(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
