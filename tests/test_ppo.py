@@ -1,5 +1,6 @@
 """Tests for the PPO stack: GAE, normalizer statistics, learning, and failure handling."""
 
+import math
 import warnings
 
 import pytest
@@ -333,6 +334,29 @@ def test_step_size_kl_is_measured_on_the_rollout_states_not_their_mirrors() -> N
     asymmetry = gaussian_kl(SwapMirror().actions(batch.action_mean), batch.action_std,
                             mirrored.mean, mirrored.stddev).mean()
     assert asymmetry > 0.01
+
+
+@pytest.mark.parametrize("mirror_critic", [True, False])
+def test_the_critic_learns_the_mirror_only_where_asked(mirror_critic: bool) -> None:
+    """The actor learns every mini-batch with its mirror; the critic too by default, the
+    rollout's samples alone with ``mirror_critic`` false (a mirrored state's value and
+    return are its original's)."""
+    policy = small_policy()
+    rows = {"actor": [], "critic": []}
+    for name in rows:
+        getattr(policy, name).register_forward_hook(
+            lambda _m, args, _out, name=name: rows[name].append(len(args[0])))
+    config = PPOConfig(num_mini_batches=2, num_learning_epochs=1, mirror_critic=mirror_critic)
+    ppo = PPO(policy, config, generator=torch.Generator().manual_seed(0), mirror=SwapMirror())
+    storage = filled_storage(policy)
+    ppo.compute_returns(storage, torch.randn(4, 3))
+    rows["actor"].clear()
+    rows["critic"].clear()
+    stats = ppo.update(storage)
+    assert math.isfinite(stats["value_loss"]) and stats["nonfinite_skipped"] == 0
+    mini_batch = 8 * 4 // 2
+    assert rows["actor"] == [2 * mini_batch] * 2
+    assert rows["critic"] == [(2 if mirror_critic else 1) * mini_batch] * 2
 
 
 def test_state_dict_round_trip_restores_learning_rate_and_optimizer() -> None:

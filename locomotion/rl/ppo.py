@@ -117,9 +117,10 @@ class PPO:
     1-element KL tensor, so one collective per step serves both. Steps whose loss or
     (reduced) gradient norm is non-finite are skipped and counted. With a ``mirror`` every
     mini-batch is learned together with its left-right mirror image (twice the samples per
-    step, none of them simulated). With ``precision`` bfloat16 the policy's hidden layers
-    run under autocast (``autocast``: the update's forward and backward passes, and the
-    rollout's, so the update's first ratios are the rollout's); output layers, weights,
+    step, none of them simulated; the critic's only with ``mirror_critic``). With
+    ``precision`` bfloat16 the policy's hidden layers run under autocast (``autocast``: the
+    update's forward and backward passes, and the rollout's, so the update's first ratios
+    are the rollout's); output layers, weights,
     optimizer, actions and losses stay float32.
     """
 
