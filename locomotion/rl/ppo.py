@@ -120,8 +120,7 @@ class PPO:
     step, none of them simulated; the critic's only with ``mirror_critic``). With
     ``precision`` bfloat16 the policy's hidden layers run under autocast (``autocast``: the
     update's forward and backward passes, and the rollout's, so the update's first ratios
-    are the rollout's); output layers, weights,
-    optimizer, actions and losses stay float32.
+    are the rollout's); output layers, weights, optimizer, actions and losses stay float32.
     """
 
     def __init__(
