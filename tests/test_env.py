@@ -5,7 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from omegaconf import open_dict
 
+from locomotion import tasks
+from locomotion.config import load_config
 from locomotion.envs import PhaseHistogram, ResetSchedule
 from locomotion.sim.rotations import projected_gravity, yaw_quat
 from locomotion.tasks.rewards import REWARD_TERMS
@@ -416,6 +419,16 @@ def test_unknown_names_raise(make_env, override, match, listed):
     with pytest.raises(ValueError, match=match) as err:
         make_env(override, reset=False)
     assert "valid" in str(err.value) and repr(listed) in str(err.value)
+
+
+def test_a_task_without_reward_terms_is_refused():
+    """Every weight 0 leaves nothing to learn: an error listing the terms, not a zero reward."""
+    cfg = load_config("env", ["num_envs=16"])
+    with open_dict(cfg):
+        cfg.task.rewards.weights = dict.fromkeys(cfg.task.rewards.weights, 0.0)
+    with pytest.raises(ValueError, match="gives no term a nonzero weight") as err:
+        tasks.make_env(cfg)
+    assert "'track_lin_vel'" in str(err.value)
 
 
 def test_control_dt_must_be_multiple_of_timestep(make_env):
