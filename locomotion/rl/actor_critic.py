@@ -20,15 +20,22 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "silu": nn.SiLU,
     "tanh": nn.Tanh,
 }
+IN_PLACE = (nn.ELU, nn.ReLU, nn.SELU, nn.SiLU)  # those that can overwrite their input
 
 
 def make_activation(name: str) -> nn.Module:
-    """Build an activation module from its config name, rejecting unknown names early."""
+    """Build an activation module from its config name, rejecting unknown names early.
+
+    In ``make_mlp`` each activation follows a linear layer whose output nothing else reads,
+    so it runs in place where it can. In place, ELU's backward pass reads its output
+    instead of evaluating ``exp`` again and no [batch, width] buffer is allocated per layer:
+    the PPO update takes 0.85 times as long on 2 CPU cores (``research/update_cost.py``)."""
     try:
-        return ACTIVATIONS[name.lower()]()
+        module = ACTIVATIONS[name.lower()]
     except KeyError:
         valid = ", ".join(sorted(ACTIVATIONS))
         raise ConfigError(f"unknown activation {name!r}; valid: {valid}") from None
+    return module(inplace=True) if issubclass(module, IN_PLACE) else module()
 
 
 def make_mlp(
