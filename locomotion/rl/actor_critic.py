@@ -29,7 +29,7 @@ def make_activation(name: str) -> nn.Module:
     In ``make_mlp`` each activation follows a linear layer whose output nothing else reads,
     so it runs in place where it can. In place, ELU's backward pass reads its output
     instead of evaluating ``exp`` again and no [batch, width] buffer is allocated per layer:
-    the PPO update takes 0.85 times as long on 2 CPU cores (``research/update_cost.py``)."""
+    one PPO update took about 0.9 times as long on 2 CPU cores (docs/training.md)."""
     try:
         module = ACTIVATIONS[name.lower()]
     except KeyError:
