@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from locomotion.rl import (
     PPO,
@@ -15,6 +15,7 @@ from locomotion.rl import (
     RolloutStorage,
     bootstrap_truncated,
 )
+from locomotion.rl.actor_critic import make_mlp
 from locomotion.rl.ppo import gaussian_kl, native_bfloat16
 
 HORIZON = 50
@@ -388,6 +389,25 @@ def test_inference_policy_exports_and_matches_actor() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream
         scripted = torch.jit.script(policy.inference_policy())
     torch.testing.assert_close(scripted(obs), expected)
+
+
+@pytest.mark.parametrize("activation", ["elu", "relu", "selu", "silu", "tanh"])
+def test_in_place_activations_give_the_out_of_place_values_and_gradients(activation) -> None:
+    """The MLP's activations overwrite their linear layer's output where torch can; the
+    network computes what the same layers out of place do, forward and backward."""
+    mlp = make_mlp(5, [16, 16], 2, activation, out_gain=1.0)
+    assert all(getattr(m, "inplace", True) for m in mlp)  # every activation that can is
+    reference = nn.Sequential(*(type(m)() if not isinstance(m, nn.Linear) else m for m in mlp))
+    x = torch.randn(32, 5, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for net in (mlp, reference):
+        net.zero_grad()
+        out = net(x)
+        out.square().sum().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in net.parameters()]))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    for got, want in zip(grads[0][1], grads[1][1], strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def test_unknown_activation_raises() -> None:
