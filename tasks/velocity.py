@@ -108,15 +108,14 @@ class VelocityTask:
         self.termination_terms = [TERMINATION_TERMS["tilt"]] + (
             [TERMINATION_TERMS["base_contact"]] if cfg.terminations.base_contact else [])
         self.reward_weights = {k: float(v) for k, v in cfg.rewards.weights.items() if v != 0}
-        self._reward_scales = {k: w * dt for k, w in self.reward_weights.items()}
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
         if unknown:
             raise ConfigError(f"unknown reward terms {unknown}; valid: {sorted(REWARD_TERMS)}")
         if not self.reward_weights:
             raise ConfigError("task.rewards.weights gives no term a nonzero weight; weigh at "
                               f"least one of the valid terms: {sorted(REWARD_TERMS)}")
-        self._reward_column = torch.tensor([*self._reward_scales.values()], dtype=f32,
-                                           device=dev)[:, None]  # [terms, 1]
+        self._reward_column = torch.tensor([w * dt for w in self.reward_weights.values()],
+                                           dtype=f32, device=dev)[:, None]  # [terms, 1]
         gait_terms = {"gait_contact"} & set(self.reward_weights) | {
             "gait" for terms in cfg.observations.values() if "gait" in terms}
         if gait_terms and self.gait is None:
@@ -129,7 +128,6 @@ class VelocityTask:
         self.obs_scales = {g: {k: torch.as_tensor(v, dtype=f32, device=dev)
                                for k, v in terms.items()}
                            for g, terms in cfg.observations.items()}
-        self._column_scale_cache: dict[tuple, torch.Tensor] = {}
         self.terrain = terrain
         self.subtask_onehot: torch.Tensor | None = None  # [N, S] once subtasks are attached
         self._setup_height_scan(cfg.get("height_scan"))
@@ -307,19 +305,8 @@ class VelocityTask:
                      env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Observation groups (``policy``, ``critic``) as configured, each [n, dim]."""
         terms = self.observation_terms(w, actions, env_ids)
-        return {g: torch.cat([terms[k] for k in scales], dim=1) * self._column_scales(g, terms)
+        return {g: torch.cat([terms[k] * s for k, s in scales.items()], dim=1)
                 for g, scales in self.obs_scales.items()}
-
-    def _column_scales(self, group: str, terms: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Each column's scale in ``group`` [dim]: the group is scaled in one product, not
-        one per term (built once per layout of term sizes)."""
-        scales = self.obs_scales[group]
-        sizes = tuple(terms[k].shape[1] for k in scales)
-        key = (group, sizes)
-        if key not in self._column_scale_cache:
-            self._column_scale_cache[key] = torch.cat(
-                [s.expand(size) for s, size in zip(scales.values(), sizes, strict=True)])
-        return self._column_scale_cache[key]
 
     def observation_layout(self, w: World, actions: torch.Tensor) -> dict[str, dict[str, slice]]:
         """Columns of each term in each observation group (where noise and biases go)."""
@@ -385,9 +372,9 @@ class VelocityTask:
         self.air_time += self.dt
         ctx = RewardContext(w, self, actions, last_actions, first_contact)
         # the terms stacked and weighed in one product: the total is one sum
-        rows = torch.stack([REWARD_TERMS[name](ctx) for name in self._reward_scales])
+        rows = torch.stack([REWARD_TERMS[name](ctx) for name in self.reward_weights])
         rows *= self._reward_column
-        terms = dict(zip(self._reward_scales, rows.unbind(0), strict=True))
+        terms = dict(zip(self.reward_weights, rows.unbind(0), strict=True))
         self.air_time *= ~contact
         self.last_contact.copy_(contact)
         self.last_joint_vel.copy_(w.joint_vel)
