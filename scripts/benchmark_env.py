@@ -1,10 +1,11 @@
 """Env steps/s with random actions against the raw physics limit, for several N.
 
-The raw limit is back-to-back ``mujoco.rollout`` calls on the same model, N, substeps and
-thread count with no Python work in between; the ratio says what the env costs on top of
-the physics. Env and raw physics are timed in turn for ``rounds`` rounds and the median
-of the rounds' ratios is reported with their range. Prints a table; the last line is one
-JSON object.
+The raw limit is bare ``mujoco.rollout`` calls on the same model, N, substeps and thread
+count with no Python work around them; the ratio says what the env costs on top of the
+physics. Each env step is replayed raw right after it is taken (its start states and
+controls), so both sides time the same work at the same moment. ``rounds`` rounds of
+``measure_steps`` such pairs give the median ratio and the rounds' range. Prints a table;
+the last line is one JSON object.
 
     python scripts/benchmark_env.py
     python scripts/benchmark_env.py num_envs=4096 robot=dmc_quadruped
@@ -38,31 +39,49 @@ from locomotion.sim.model_builder import SolverProfile, build_model
 from locomotion.tasks import make_env
 
 
-def record_workload(env: LocomotionEnv, steps: int, gen: torch.Generator):
-    """Step ``env`` with random actions, keeping each step's start states and controls."""
-    states, ctrls = [], []
-    for _ in range(steps):
-        states.append(env.sim.state.copy())
-        env.step(torch.randn((env.num_envs, env.num_actions), generator=gen))
-        ctrls.append(np.repeat(env.ctrl.numpy()[:, None], env.decimation, axis=1))
-    return states, ctrls
+class RawPhysics:
+    """Bare ``mujoco.rollout`` calls of one control step of ``model`` for N worlds on the
+    env's thread count, with no Python work around them: the physics limit."""
 
+    def __init__(self, model: mujoco.MjModel, num_envs: int, nsubsteps: int, nthread: int):
+        self.models, self.nsubsteps = [model] * num_envs, nsubsteps
+        self.datas = [mujoco.MjData(model) for _ in range(max(nthread, 1))]
+        nstate = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        self.out = np.empty((num_envs, nsubsteps, nstate))
+        self.sensors = np.empty((num_envs, nsubsteps, model.nsensordata))
+        self.warmstart = np.zeros((num_envs, model.nv))  # as the backend: a zero warm start
+        self.pool = rollout.Rollout(nthread=nthread if nthread > 1 else 0)
 
-def raw_env_steps_per_s(model: mujoco.MjModel, nthread: int, states: list[np.ndarray],
-                        ctrls: list[np.ndarray]) -> float:
-    """Control steps/s of bare rollouts replaying the env's own start states and controls."""
-    n, nsub = ctrls[0].shape[:2]
-    out = np.empty((n, nsub, states[0].shape[1]))
-    sens = np.empty((n, nsub, model.nsensordata))
-    datas = [mujoco.MjData(model) for _ in range(max(nthread, 1))]
-    models = [model] * n
-    warmstart = np.zeros((n, model.nv))  # as the backend: a zero solver warm start per step
-    with rollout.Rollout(nthread=nthread if nthread > 1 else 0) as pool:
+    def seconds(self, state: np.ndarray, ctrl: np.ndarray) -> float:
+        """Time to step worlds from ``state`` [N, nstate] holding ``ctrl`` [N, nu]."""
+        ctrl = np.repeat(ctrl[:, None], self.nsubsteps, axis=1)
         start = time.perf_counter()
-        for state, ctrl in zip(states, ctrls, strict=True):
-            pool.rollout(models, datas, state, ctrl, skip_checks=True, nstep=nsub,
-                         initial_warmstart=warmstart, state=out, sensordata=sens)
-        return len(states) * n / (time.perf_counter() - start)
+        self.pool.rollout(self.models, self.datas, state, ctrl, skip_checks=True,
+                          nstep=self.nsubsteps, initial_warmstart=self.warmstart,
+                          state=self.out, sensordata=self.sensors)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
+                   gen: torch.Generator) -> list[float]:
+    """Seconds inside ``env.step`` over ``steps`` random-action steps, then each raw
+    physics' seconds replaying those steps, every step right after the env took it: the
+    same work, timed moments apart, so neither what the robots did nor a slow spell of the
+    machine differs between the two sides."""
+    totals = [0.0] * (1 + len(raws))
+    for _ in range(steps):
+        state = env.sim.state.copy()
+        action = torch.randn((env.num_envs, env.num_actions), generator=gen)
+        start = time.perf_counter()
+        env.step(action)
+        totals[0] += time.perf_counter() - start
+        ctrl = env.ctrl.numpy()
+        for i, raw in enumerate(raws, start=1):
+            totals[i] += raw.seconds(state, ctrl)
+    return totals
 
 
 def env_steps_per_s(env: LocomotionEnv, steps: int, gen: torch.Generator) -> float:
@@ -87,27 +106,29 @@ def started_env(cfg: DictConfig, n: int) -> tuple[LocomotionEnv, torch.Generator
 
 def measure(cfg: DictConfig, n: int) -> dict:
     env, gen = started_env(cfg, n)
-    states, ctrls = record_workload(env, cfg.measure_steps, gen)
-    env_runs, raw_runs = [], []
-    for _ in range(int(cfg.rounds)):  # in turn, so a slow spell lands on both sides
-        env_runs.append(env_steps_per_s(env, cfg.measure_steps, gen))
-        raw_runs.append(raw_env_steps_per_s(env.model, env.sim.nthread, states, ctrls))
-    ratios = [e / r for e, r in zip(env_runs, raw_runs, strict=True)]
-    raw_sps = float(np.median(raw_runs))
-    row = {"num_envs": n, "env_steps_per_s": float(np.median(env_runs)),
-           "raw_env_steps_per_s": raw_sps, "ratio": float(np.median(ratios)),
-           "ratio_range": [min(ratios), max(ratios)],
-           "physics_steps_per_s": raw_sps * env.decimation}
+    raws = [RawPhysics(env.model, n, env.decimation, env.sim.nthread)]
     if cfg.compare_solver:
         solver = OmegaConf.load(CONFIG_DIR / "solver" / f"{cfg.compare_solver}.yaml")
         profile = SolverProfile(**solver)
         model, _ = build_model(env.spec, profile, env.terrain)
-        decimation = round(env.control_dt / profile.timestep)
-        ctrls = [np.repeat(c[:, :1], decimation, axis=1) for c in ctrls]
-        other = raw_env_steps_per_s(model, env.sim.nthread, states, ctrls)
+        raws.append(RawPhysics(model, n, round(env.control_dt / profile.timestep),
+                               env.sim.nthread))
+    rounds = np.array([paired_seconds(env, raws, int(cfg.measure_steps), gen)
+                       for _ in range(int(cfg.rounds))])
+    for raw in raws:
+        raw.close()
+    env_runs, raw_runs = (n * int(cfg.measure_steps) / rounds[:, i] for i in (0, 1))
+    ratios = env_runs / raw_runs
+    raw_sps = float(np.median(raw_runs))
+    row = {"num_envs": n, "env_steps_per_s": float(np.median(env_runs)),
+           "raw_env_steps_per_s": raw_sps, "ratio": float(np.median(ratios)),
+           "ratio_range": [float(ratios.min()), float(ratios.max())],
+           "physics_steps_per_s": raw_sps * env.decimation}
+    if cfg.compare_solver:
+        other = float(np.median(n * int(cfg.measure_steps) / rounds[:, 2]))
         row[f"raw_env_steps_per_s_{profile.name}"] = other
         row[f"raw_speedup_over_{profile.name}"] = raw_sps / other
-        row[f"physics_steps_per_s_{profile.name}"] = other * decimation
+        row[f"physics_steps_per_s_{profile.name}"] = other * raws[1].nsubsteps
     row["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if cfg.variants:
         row["variants"] = compare_variants(cfg, env, gen, n)

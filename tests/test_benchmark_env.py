@@ -1,0 +1,35 @@
+"""scripts/benchmark_env.py: the raw physics it times is the work the env just did."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_env", ROOT / "scripts" / "benchmark_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_raw_physics_repeats_the_env_steps_it_is_paired_with(make_env):
+    """The raw side times the env's own physics: replaying a step's start states and
+    controls reaches the states the env reached, bit for bit, in every world the step did
+    not reset."""
+    env = make_env("reset=random_counter")
+    raw = load_script().RawPhysics(env.model, env.num_envs, env.decimation, nthread=2)
+    gen, carried = torch.Generator().manual_seed(0), 0
+    for _ in range(12):
+        start = env.sim.state.copy()
+        env.step(torch.randn((env.num_envs, env.num_actions), generator=gen))
+        assert raw.seconds(start, env.ctrl.numpy()) > 0
+        kept = env.sim.state[:, 0] > start[:, 0]  # a reset world starts again at time 0
+        np.testing.assert_array_equal(raw.out[kept, -1], env.sim.state[kept])
+        carried += int(kept.sum())
+    raw.close()
+    assert carried > 0.8 * 12 * env.num_envs
