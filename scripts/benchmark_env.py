@@ -67,20 +67,31 @@ class RawPhysics:
 
 def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
                    gen: torch.Generator) -> list[float]:
-    """Seconds inside ``env.step`` over ``steps`` random-action steps, then each raw
-    physics' seconds replaying those steps, every step right after the env took it: the
-    same work, timed moments apart, so neither what the robots did nor a slow spell of the
-    machine differs between the two sides."""
-    totals = [0.0] * (1 + len(raws))
-    for _ in range(steps):
-        state = env.sim.state.copy()
-        action = torch.randn((env.num_envs, env.num_actions), generator=gen)
+    """Seconds inside ``env.step`` over ``steps`` random-action steps, inside the backend's
+    step within them, then each raw physics' seconds replaying those steps, every step
+    right after the env took it: the same work, timed moments apart, so neither what the
+    robots did nor a slow spell of the machine differs between the sides."""
+    totals = [0.0] * (2 + len(raws))
+    backend_step = env.sim.step
+
+    def timed_backend_step(*args, **kwargs):
         start = time.perf_counter()
-        env.step(action)
-        totals[0] += time.perf_counter() - start
-        ctrl = env.ctrl.numpy()
-        for i, raw in enumerate(raws, start=1):
-            totals[i] += raw.seconds(state, ctrl)
+        backend_step(*args, **kwargs)
+        totals[1] += time.perf_counter() - start
+
+    env.sim.step = timed_backend_step
+    try:
+        for _ in range(steps):
+            state = env.sim.state.copy()
+            action = torch.randn((env.num_envs, env.num_actions), generator=gen)
+            start = time.perf_counter()
+            env.step(action)
+            totals[0] += time.perf_counter() - start
+            ctrl = env.ctrl.numpy()
+            for i, raw in enumerate(raws, start=2):
+                totals[i] += raw.seconds(state, ctrl)
+    finally:
+        del env.sim.step  # the class's own method again
     return totals
 
 
@@ -117,15 +128,18 @@ def measure(cfg: DictConfig, n: int) -> dict:
                        for _ in range(int(cfg.rounds))])
     for raw in raws:
         raw.close()
-    env_runs, raw_runs = (n * int(cfg.measure_steps) / rounds[:, i] for i in (0, 1))
+    env_runs, raw_runs = (n * int(cfg.measure_steps) / rounds[:, i] for i in (0, 2))
     ratios = env_runs / raw_runs
     raw_sps = float(np.median(raw_runs))
+    ms = np.median(rounds[:, :3], axis=0) / int(cfg.measure_steps) * 1e3
     row = {"num_envs": n, "env_steps_per_s": float(np.median(env_runs)),
            "raw_env_steps_per_s": raw_sps, "ratio": float(np.median(ratios)),
            "ratio_range": [float(ratios.min()), float(ratios.max())],
-           "physics_steps_per_s": raw_sps * env.decimation}
+           "physics_steps_per_s": raw_sps * env.decimation,
+           # where a step's time goes: the env, the backend's step inside it, the raw replay
+           "ms_per_step": dict(zip(("env", "backend", "raw"), ms.tolist(), strict=True))}
     if cfg.compare_solver:
-        other = float(np.median(n * int(cfg.measure_steps) / rounds[:, 2]))
+        other = float(np.median(n * int(cfg.measure_steps) / rounds[:, 3]))
         row[f"raw_env_steps_per_s_{profile.name}"] = other
         row[f"raw_speedup_over_{profile.name}"] = raw_sps / other
         row[f"physics_steps_per_s_{profile.name}"] = other * raws[1].nsubsteps
@@ -174,7 +188,7 @@ def main(cfg: DictConfig) -> None:
     print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
           f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
     header = (f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'range':>11}"
-              f" {'physics/s':>11}")
+              f" {'physics/s':>11} {'ms: env':>8} {'backend':>7} {'raw':>6}")
     if cfg.compare_solver:
         header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
     print(header + f" {'max RSS MB':>10}")
@@ -184,7 +198,8 @@ def main(cfg: DictConfig) -> None:
         line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f}"
                 f" {r['raw_env_steps_per_s']:>12.0f} {r['ratio']:>6.3f}"
                 f" {r['ratio_range'][0]:>5.3f}-{r['ratio_range'][1]:.3f}"
-                f" {r['physics_steps_per_s']:>11.0f}")
+                f" {r['physics_steps_per_s']:>11.0f} {r['ms_per_step']['env']:>8.2f}"
+                f" {r['ms_per_step']['backend']:>7.2f} {r['ms_per_step']['raw']:>6.2f}")
         if cfg.compare_solver:
             name = cfg.compare_solver
             line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"

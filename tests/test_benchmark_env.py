@@ -33,3 +33,14 @@ def test_raw_physics_repeats_the_env_steps_it_is_paired_with(make_env):
         carried += int(kept.sum())
     raw.close()
     assert carried > 0.8 * 12 * env.num_envs
+
+
+def test_paired_seconds_splits_the_env_step_and_restores_the_backend(make_env):
+    """The backend's step is timed inside the env's, and left untouched afterwards."""
+    script, env = load_script(), make_env("reset=random_counter")
+    raw = script.RawPhysics(env.model, env.num_envs, env.decimation, nthread=2)
+    env_s, backend_s, raw_s = script.paired_seconds(env, [raw], 5,
+                                                    torch.Generator().manual_seed(0))
+    raw.close()
+    assert 0 < backend_s < env_s and raw_s > 0
+    assert "step" not in vars(env.sim)
