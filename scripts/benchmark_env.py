@@ -2,8 +2,10 @@
 
 The raw limit is bare ``mujoco.rollout`` calls on the same model, N, substeps and thread
 count with no Python work around them; the ratio says what the env costs on top of the
-physics. Each env step is replayed raw right after it is taken (its start states and
-controls), so both sides time the same work at the same moment. ``rounds`` rounds of
+physics. The env steps under ``torch.inference_mode`` as the trainer's rollout steps it
+(``inference_mode=false``: as a library stepping it with autograd on, which costs the env
+a little more). Each env step is replayed raw right after it is taken (its start states
+and controls), so both sides time the same work at the same moment. ``rounds`` rounds of
 ``measure_steps`` such pairs give the median ratio and the rounds' range. Prints a table;
 the last line is one JSON object.
 
@@ -186,14 +188,16 @@ def main(cfg: DictConfig) -> None:
     sizes = [cfg.num_envs] if cfg.num_envs else list(cfg.num_envs_list)
     rows = []
     print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
-          f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'}")
+          f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'} "
+          f"inference_mode={cfg.inference_mode}")
     header = (f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'range':>11}"
               f" {'physics/s':>11} {'ms: env':>8} {'backend':>7} {'raw':>6}")
     if cfg.compare_solver:
         header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
     print(header + f" {'max RSS MB':>10}")
     for n in sizes:
-        r = measure(cfg, int(n))
+        with torch.inference_mode(cfg.inference_mode):
+            r = measure(cfg, int(n))
         rows.append(r)
         line = (f"{r['num_envs']:>6} {r['env_steps_per_s']:>12.0f}"
                 f" {r['raw_env_steps_per_s']:>12.0f} {r['ratio']:>6.3f}"

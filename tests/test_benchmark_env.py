@@ -1,9 +1,13 @@
 """scripts/benchmark_env.py: the raw physics it times is the work the env just did."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,3 +48,22 @@ def test_paired_seconds_splits_the_env_step_and_restores_the_backend(make_env):
     raw.close()
     assert 0 < backend_s < env_s and raw_s > 0
     assert "step" not in vars(env.sim)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_script_reports_each_n_with_its_split_and_the_fidelity_replay(tmp_path):
+    """A small run of the command, as a user starts it, under inference mode (the default)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark_env.py"), "num_envs_list=[8,16]",
+         "rounds=2", "measure_steps=3", "warmup_steps=1", f"hydra.run.dir={tmp_path}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "inference_mode=True" in run.stdout
+    rows = json.loads(run.stdout.strip().splitlines()[-1])["results"]
+    assert [r["num_envs"] for r in rows] == [8, 16]
+    for r in rows:
+        ms = r["ms_per_step"]
+        assert 0 < ms["backend"] < ms["env"] and ms["raw"] > 0
+        assert r["ratio_range"][0] <= r["ratio"] <= r["ratio_range"][1]
+        assert r["raw_env_steps_per_s_fidelity"] > 0
