@@ -186,6 +186,8 @@ def variant_config(variant: str) -> DictConfig:
 @hydra.main(config_path="../configs", config_name="benchmark_env", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     sizes = [cfg.num_envs] if cfg.num_envs else list(cfg.num_envs_list)
+    if not isinstance(cfg.inference_mode, bool):
+        raise ValueError(f"inference_mode must be true or false, got {cfg.inference_mode!r}")
     rows = []
     print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
           f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'} "
@@ -214,7 +216,8 @@ def main(cfg: DictConfig) -> None:
             print(f"{'':>6} {v['env_steps_per_s']:>12.0f}  {v['vs_base']:.3f} x base "
                   f"({low:.3f}..{high:.3f}): {variant}", flush=True)
     print(json.dumps({"robot": cfg.robot.spec, "task": cfg.task.name,
-                      "terrain": cfg.terrain.name, "solver": cfg.solver.name, "results": rows}))
+                      "terrain": cfg.terrain.name, "solver": cfg.solver.name,
+                      "inference_mode": cfg.inference_mode, "results": rows}))
 
 
 if __name__ == "__main__":

@@ -59,11 +59,22 @@ def test_the_script_reports_each_n_with_its_split_and_the_fidelity_replay(tmp_pa
          "rounds=2", "measure_steps=3", "warmup_steps=1", f"hydra.run.dir={tmp_path}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "inference_mode=True" in run.stdout
-    rows = json.loads(run.stdout.strip().splitlines()[-1])["results"]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["inference_mode"] is True
+    rows = report["results"]
     assert [r["num_envs"] for r in rows] == [8, 16]
     for r in rows:
         ms = r["ms_per_step"]
         assert 0 < ms["backend"] < ms["env"] and ms["raw"] > 0
         assert r["ratio_range"][0] <= r["ratio"] <= r["ratio_range"][1]
         assert r["raw_env_steps_per_s_fidelity"] > 0
+
+
+@pytest.mark.subprocess
+def test_a_mode_that_is_not_a_boolean_is_refused(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark_env.py"), "num_envs=8",
+         "inference_mode=yes_please", f"hydra.run.dir={tmp_path}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "inference_mode must be true or false, got 'yes_please'" in run.stderr
