@@ -126,14 +126,15 @@ def measure(cfg: DictConfig, n: int) -> dict:
         model, _ = build_model(env.spec, profile, env.terrain)
         raws.append(RawPhysics(model, n, round(env.control_dt / profile.timestep),
                                env.sim.nthread))
-    rounds = np.array([paired_seconds(env, raws, int(cfg.measure_steps), gen)
-                       for _ in range(int(cfg.rounds))])
+    steps = int(cfg.measure_steps)
+    seconds = np.array([paired_seconds(env, raws, steps, gen) for _ in range(int(cfg.rounds))])
     for raw in raws:
         raw.close()
-    env_runs, raw_runs = (n * int(cfg.measure_steps) / rounds[:, i] for i in (0, 2))
+    rates = n * steps / seconds  # env steps/s of each round: env, backend, each raw physics
+    env_runs, raw_runs = rates[:, 0], rates[:, 2]
     ratios = env_runs / raw_runs
     raw_sps = float(np.median(raw_runs))
-    ms = np.median(rounds[:, :3], axis=0) / int(cfg.measure_steps) * 1e3
+    ms = np.median(seconds[:, :3], axis=0) / steps * 1e3
     row = {"num_envs": n, "env_steps_per_s": float(np.median(env_runs)),
            "raw_env_steps_per_s": raw_sps, "ratio": float(np.median(ratios)),
            "ratio_range": [float(ratios.min()), float(ratios.max())],
@@ -141,7 +142,7 @@ def measure(cfg: DictConfig, n: int) -> dict:
            # where a step's time goes: the env, the backend's step inside it, the raw replay
            "ms_per_step": dict(zip(("env", "backend", "raw"), ms.tolist(), strict=True))}
     if cfg.compare_solver:
-        other = float(np.median(n * int(cfg.measure_steps) / rounds[:, 3]))
+        other = float(np.median(rates[:, 3]))
         row[f"raw_env_steps_per_s_{profile.name}"] = other
         row[f"raw_speedup_over_{profile.name}"] = raw_sps / other
         row[f"physics_steps_per_s_{profile.name}"] = other * raws[1].nsubsteps
