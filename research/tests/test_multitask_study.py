@@ -511,3 +511,27 @@ def test_only_the_cost_aware_allocation_records_its_probe_settings():
                 for a in ("learning_progress", "progress_per_cost", "uniform", "fixed")}
     assert recorded == {"learning_progress": False, "progress_per_cost": True,
                         "uniform": False, "fixed": False}
+
+
+def test_the_ten_seed_set_reads_seeds_15_to_19_and_trains_only_seeds_nothing_has_seen():
+    """seed_set=entry_ten is seed_set=entry widened: the same settings, seed_set=entry's
+    curves of seeds 15-19 read where that study keeps them, and only new seeds left to
+    train."""
+    others = [load_config("multitask_study", overrides) for overrides in
+              ([], ["seed_set=fresh"], ["seed_set=cost"], ["seed_set=cost_entry"])]
+    entry, ten = (load_config("multitask_study", [f"seed_set={name}"])
+                  for name in ("entry", "entry_ten"))
+    assert list(ten.allocations) == list(entry.allocations)
+    assert len(ten.seeds) == 10 and set(entry.seeds) < set(ten.seeds)
+    new = set(ten.seeds) - set(entry.seeds)
+    assert not new & set().union(*(set(cfg.seeds) for cfg in others))
+    assert ten.out_dir not in {cfg.out_dir for cfg in (entry, *others)}
+    assert (ten.iterations, ten.num_envs, ten.algo) == (entry.iterations, entry.num_envs,
+                                                        entry.algo)
+    for allocation in entry.allocations:
+        for seed in entry.seeds:
+            mine, theirs = (curve_path(ROOT / cfg.out_dir, multitask_study.run_name(
+                allocation, int(seed))) for cfg in (ten, entry))
+            assert mine.read_bytes() == theirs.read_bytes()
+    left = multitask_study.pending(ten, ROOT / ten.out_dir)
+    assert {seed for _, seed in left} <= new
