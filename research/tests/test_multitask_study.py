@@ -485,6 +485,16 @@ def test_the_entry_seed_set_runs_the_shipped_allocation_on_seeds_nothing_has_see
                                                               fresh.num_envs, fresh.algo)
 
 
+def assert_reads_curves(study, owner, seeds) -> None:
+    """``study`` finds ``owner``'s curves of ``seeds`` (every allocation ``owner`` ran) as
+    they are, through its ``curves/shared.txt``."""
+    for allocation in owner.allocations:
+        for seed in seeds:
+            mine, theirs = (curve_path(ROOT / cfg.out_dir, multitask_study.run_name(
+                allocation, int(seed))) for cfg in (study, owner))
+            assert mine.read_bytes() == theirs.read_bytes()
+
+
 def test_the_cost_entry_seed_set_compares_with_the_entry_studys_own_runs():
     """seed_set=cost_entry reads seed_set=entry's learning_progress and uniform curves of
     its seeds where that study keeps them, and accepts them as finished: only
@@ -495,11 +505,7 @@ def test_the_cost_entry_seed_set_compares_with_the_entry_studys_own_runs():
     assert set(both.seeds) <= set(entry.seeds) and both.out_dir != entry.out_dir
     assert (both.iterations, both.num_envs, both.algo) == (entry.iterations, entry.num_envs,
                                                            entry.algo)
-    for allocation in entry.allocations:
-        for seed in both.seeds:
-            mine, theirs = (curve_path(ROOT / cfg.out_dir, multitask_study.run_name(
-                allocation, int(seed))) for cfg in (both, entry))
-            assert mine.read_bytes() == theirs.read_bytes()
+    assert_reads_curves(both, entry, both.seeds)
     left = multitask_study.pending(both, ROOT / both.out_dir)
     assert {allocation for allocation, _ in left} <= {"progress_per_cost"}
 
@@ -528,10 +534,6 @@ def test_the_ten_seed_set_reads_seeds_15_to_19_and_trains_only_seeds_nothing_has
     assert ten.out_dir not in {cfg.out_dir for cfg in (entry, *others)}
     assert (ten.iterations, ten.num_envs, ten.algo) == (entry.iterations, entry.num_envs,
                                                         entry.algo)
-    for allocation in entry.allocations:
-        for seed in entry.seeds:
-            mine, theirs = (curve_path(ROOT / cfg.out_dir, multitask_study.run_name(
-                allocation, int(seed))) for cfg in (ten, entry))
-            assert mine.read_bytes() == theirs.read_bytes()
+    assert_reads_curves(ten, entry, entry.seeds)
     left = multitask_study.pending(ten, ROOT / ten.out_dir)
     assert {seed for _, seed in left} <= new
