@@ -1,4 +1,5 @@
-"""Clips of the shipped policies for the docs: GIFs rendered offscreen, each under a size cap.
+"""Clips of the shipped policies for the docs: animated WebP rendered offscreen, each under
+a size cap.
 
     MUJOCO_GL=egl python scripts/make_clips.py                # every clip of configs/clips.yaml
     MUJOCO_GL=osmesa python scripts/make_clips.py 'only=[walk]'
@@ -15,7 +16,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from locomotion.evaluation.video import TrackingCamera, gif_bytes, renderer_problem
+from locomotion.evaluation.video import TrackingCamera, renderer_problem, webp_bytes
 from locomotion.viewer import load_session
 
 
@@ -66,12 +67,12 @@ def main(cfg: DictConfig) -> None:
         raise SystemExit(f"error: unknown clips {unknown}; valid: {sorted(cfg.clips)}")
     for name in names:
         frames = record(cfg, cfg.clips[name])
-        data = gif_bytes(frames, float(cfg.fps), int(cfg.colors))
+        data = webp_bytes(frames, float(cfg.fps), int(cfg.quality))
         if len(data) > cfg.max_kb * 1024:
-            raise SystemExit(f"error: {name}.gif is {len(data) // 1024} KB, over the "
-                             f"{cfg.max_kb} KB cap: lower fps, size, colors or seconds")
-        (out / f"{name}.gif").write_bytes(data)
-        print(f"{out / name}.gif: {len(frames)} frames, {len(data) // 1024} KB")
+            raise SystemExit(f"error: {name}.webp is {len(data) // 1024} KB, over the "
+                             f"{cfg.max_kb} KB cap: lower fps, size, quality or seconds")
+        (out / f"{name}.webp").write_bytes(data)
+        print(f"{out / name}.webp: {len(frames)} frames, {len(data) // 1024} KB")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from locomotion.evaluation.report import markdown
 from locomotion.evaluation.robustness import evaluate
 from locomotion.evaluation.rollouts import BatchRunner, batch_config
 from locomotion.evaluation.suite import Suite, SuiteError, plan_batches
-from locomotion.evaluation.video import gif_bytes
+from locomotion.evaluation.video import gif_bytes, webp_bytes
 from locomotion.tasks import make_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,6 +162,19 @@ def test_gif_writer_keeps_every_frame():
     gif = Image.open(io.BytesIO(gif_bytes(frames, fps=10.0)))
     assert gif.n_frames == 6 and gif.size == (32, 24)
     assert gif.info["duration"] == 100
+
+
+def test_webp_writer_keeps_every_frame_in_colour():
+    from PIL import Image
+
+    frames = [np.full((24, 32, 3), (20 * i, 100, 200 - 20 * i), dtype=np.uint8)
+              for i in range(6)]
+    clip = Image.open(io.BytesIO(webp_bytes(frames, fps=10.0)))
+    assert clip.n_frames == 6 and clip.size == (32, 24) and clip.info["loop"] == 0
+    clip.seek(3)
+    colour = np.asarray(clip.convert("RGB")).mean(axis=(0, 1))  # reading the frame sets info
+    assert clip.info["duration"] == 100
+    assert np.abs(colour - (60, 100, 140)).max() < 4
 
 
 def test_same_seed_gives_identical_report(standing, tmp_path):
