@@ -93,7 +93,7 @@ def gif_bytes(frames: list[np.ndarray], fps: float, colors: int = 32) -> bytes:
 
 
 def webp_bytes(frames: list[np.ndarray], fps: float, quality: int = 80) -> bytes:
-    """An endlessly looping lossy animated WebP: full colour at under half the bytes of a
+    """An endlessly looping lossy animated WebP: full colour at about half the bytes of a
     24-colour GIF of the same frames, which is why the docs' clips use it."""
     from PIL import Image, features
 
