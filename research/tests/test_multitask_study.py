@@ -537,3 +537,17 @@ def test_the_ten_seed_set_reads_seeds_15_to_19_and_trains_only_seeds_nothing_has
     assert_reads_curves(ten, entry, entry.seeds)
     left = multitask_study.pending(ten, ROOT / ten.out_dir)
     assert {seed for _, seed in left} <= new
+
+
+def test_the_new_seed_set_reads_seeds_20_to_24_of_the_ten_seed_study():
+    """seed_set=entry_ten_new reports the seeds trained after seed_set=entry_ten's rule was
+    declared, alone: entry_ten's curves of exactly those seeds, read as they are, and
+    nothing left to train."""
+    entry, ten, new = (load_config("multitask_study", [f"seed_set={name}"])
+                       for name in ("entry", "entry_ten", "entry_ten_new"))
+    assert set(new.seeds) == set(ten.seeds) - set(entry.seeds)
+    assert list(new.allocations) == list(ten.allocations)
+    assert new.out_dir != ten.out_dir
+    assert (new.iterations, new.num_envs, new.algo) == (ten.iterations, ten.num_envs, ten.algo)
+    assert_reads_curves(new, ten, new.seeds)
+    assert multitask_study.pending(new, ROOT / new.out_dir) == []

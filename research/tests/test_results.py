@@ -109,13 +109,28 @@ def test_the_pages_power_command_gives_the_pages_table(monkeypatch, capsys):
 
 @pytest.mark.parametrize("page", [MULTITASK_PAGE, HISTORY_PAGE], ids=lambda p: p.name)
 def test_the_pages_per_subtask_means_are_the_power_commands(page, monkeypatch, capsys):
-    """The per-subtask mean ln ratios over fresh seeds on each page (seeds 15-19 in
+    """The per-subtask mean ln ratios over fresh seeds on each page (seeds 15-24 in
     docs/multitask.md, 10-14 in the history) are the ones its first multitask_power command
     prints, all nine subtasks of them."""
     out = run_main(multitask_power, page_command(page, "multitask_power"), monkeypatch, capsys)
     means = re.search(r"Measured effect per subtask: (.*?)\. Spread", out)[1]
     assert means.count(",") == 8
     assert means in page.read_text().replace("\u2212", "-").replace("\n", " ")
+
+
+@pytest.mark.parametrize("seed_set", ["entry_ten", "entry_ten_new"])
+def test_the_kept_primary_report_is_the_curves_and_the_page_shows_it(seed_set):
+    """The primary measure of the ten-seed comparison, and of its last five seeds alone,
+    redrawn from the kept curves, is the kept primary.md; docs/multitask.md shows its rows."""
+    cfg = load_config("multitask_study", [f"seed_set={seed_set}"])
+    out = ROOT / cfg.out_dir
+    curves = {(str(a), int(s)): read_csv(curve_path(out, multitask_study.run_name(a, int(s))))
+              for a in cfg.allocations for s in cfg.seeds}
+    kept = (out / "primary.md").read_text()
+    assert multitask_study.primary_table(curves, cfg) == kept
+    page = MULTITASK_PAGE.read_text().replace("\u2212", "-")
+    assert len(table_rows(kept)) == 2 + len(cfg.seeds)
+    assert all(row in page for row in table_rows(kept)[2:])
 
 
 def test_the_pages_floor_chances_are_the_power_commands(monkeypatch, capsys):
