@@ -18,10 +18,17 @@ the last line is one JSON object.
 Each variant (overrides on top of the command line's) is timed at the same N in the same
 run, alternating with the base env for ``variant_rounds`` rounds, and reported as the
 median ratio to the base env's steps/s (with the rounds' range): the cost of that feature.
+
+``work_alone`` splits the env's own work (its step less the backend's: actions in,
+observations, rewards, terminations, respawns) two ways, in ``rounds`` more rounds: as it
+runs, between physics steps, and alone, replayed from the same start with each step's
+physics result written back instead of computed. The difference is what running after the
+physics costs that work (caches the physics threads filled), not what its operations cost.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import resource
 import time
@@ -97,6 +104,47 @@ def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
     return totals
 
 
+def work_seconds(env: LocomotionEnv, actions: list[torch.Tensor]) -> tuple[float, float, bool]:
+    """Seconds of the env's own work (``env.step`` less the backend's step) over ``actions``,
+    first with the physics, then again from the same start with each step's physics result
+    written back instead of computed. Also whether the second pass ended in the first's
+    observations, as it must: same start, actions and physics results."""
+    sim, start = env.sim, copy.deepcopy(env.state_dict())
+    backend_step, results = sim.step, []
+    inside = [0.0, 0.0]  # seconds in the backend's step (or its stand-in) on each pass
+
+    def recorded(*args, **kwargs):
+        begin = time.perf_counter()
+        backend_step(*args, **kwargs)
+        results.append((sim.state.copy(), sim.substep_sensordata.clone(), sim.diverged.clone()))
+        inside[0] += time.perf_counter() - begin
+
+    def written_back(*args, **kwargs):
+        begin = time.perf_counter()
+        state, sensors, diverged = next(replay)
+        sim.state[:] = state
+        sim.substep_sensordata.copy_(sensors)
+        sim.diverged.copy_(diverged)
+        inside[1] += time.perf_counter() - begin
+
+    totals, ends = [0.0, 0.0], []
+    try:
+        for i, stand_in in enumerate((recorded, written_back)):
+            if i:
+                env.load_state_dict(copy.deepcopy(start))
+                replay = iter(results)
+            sim.step = stand_in
+            for action in actions:
+                begin = time.perf_counter()
+                env.step(action)
+                totals[i] += time.perf_counter() - begin
+            ends.append({k: v.clone() for k, v in env.obs.items()})
+    finally:
+        del sim.step  # the class's own method again
+    exact = all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
+    return totals[0] - inside[0], totals[1] - inside[1], exact
+
+
 def env_steps_per_s(env: LocomotionEnv, steps: int, gen: torch.Generator) -> float:
     shape = (env.num_envs, env.num_actions)
     start = time.perf_counter()
@@ -130,6 +178,10 @@ def measure(cfg: DictConfig, n: int) -> dict:
     seconds = np.array([paired_seconds(env, raws, steps, gen) for _ in range(int(cfg.rounds))])
     for raw in raws:
         raw.close()
+    if cfg.work_alone:
+        shape = (n, env.num_actions)
+        split = [work_seconds(env, [torch.randn(shape, generator=gen) for _ in range(steps)])
+                 for _ in range(int(cfg.rounds))]
     rates = n * steps / seconds  # env steps/s of each round: env, backend, each raw physics
     env_runs, raw_runs = rates[:, 0], rates[:, 2]
     ratios = env_runs / raw_runs
@@ -141,6 +193,11 @@ def measure(cfg: DictConfig, n: int) -> dict:
            "physics_steps_per_s": raw_sps * env.decimation,
            # where a step's time goes: the env, the backend's step inside it, the raw replay
            "ms_per_step": dict(zip(("env", "backend", "raw"), ms.tolist(), strict=True))}
+    if cfg.work_alone:
+        # the env's own work: between physics steps as it runs, and alone (physics written back)
+        between, alone = np.median([s[:2] for s in split], axis=0) / steps * 1e3
+        row["ms_per_step"].update(work=float(between), work_alone=float(alone))
+        row["replay_exact"] = all(s[2] for s in split)
     if cfg.compare_solver:
         other = float(np.median(rates[:, 3]))
         row[f"raw_env_steps_per_s_{profile.name}"] = other
@@ -195,6 +252,8 @@ def main(cfg: DictConfig) -> None:
           f"inference_mode={cfg.inference_mode}")
     header = (f"{'N':>6} {'env steps/s':>12} {'raw steps/s':>12} {'ratio':>6} {'range':>11}"
               f" {'physics/s':>11} {'ms: env':>8} {'backend':>7} {'raw':>6}")
+    if cfg.work_alone:
+        header += f" {'work':>6} {'alone':>6}"
     if cfg.compare_solver:
         header += f" {'raw ' + cfg.compare_solver + '/s':>14} {'speedup':>8}"
     print(header + f" {'max RSS MB':>10}")
@@ -207,6 +266,8 @@ def main(cfg: DictConfig) -> None:
                 f" {r['ratio_range'][0]:>5.3f}-{r['ratio_range'][1]:.3f}"
                 f" {r['physics_steps_per_s']:>11.0f} {r['ms_per_step']['env']:>8.2f}"
                 f" {r['ms_per_step']['backend']:>7.2f} {r['ms_per_step']['raw']:>6.2f}")
+        if cfg.work_alone:
+            line += f" {r['ms_per_step']['work']:>6.2f} {r['ms_per_step']['work_alone']:>6.2f}"
         if cfg.compare_solver:
             name = cfg.compare_solver
             line += (f" {r[f'raw_env_steps_per_s_{name}']:>14.0f}"

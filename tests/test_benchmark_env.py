@@ -50,6 +50,18 @@ def test_paired_seconds_splits_the_env_step_and_restores_the_backend(make_env):
     assert "step" not in vars(env.sim)
 
 
+def test_work_alone_replays_the_same_steps_without_the_physics(make_env):
+    """The second pass writes back each step's physics result: it must end where the first
+    ended (the same observations), and the env's own work is timed on both passes."""
+    script, env = load_script(), make_env("reset=random_counter")
+    gen = torch.Generator().manual_seed(0)
+    actions = [torch.randn((env.num_envs, env.num_actions), generator=gen) for _ in range(8)]
+    env.step(actions[0])
+    between, alone, exact = script.work_seconds(env, actions)
+    assert exact and between > 0 and alone > 0
+    assert "step" not in vars(env.sim)
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_script_reports_each_n_with_its_split_and_the_fidelity_replay(tmp_path):
@@ -66,6 +78,8 @@ def test_the_script_reports_each_n_with_its_split_and_the_fidelity_replay(tmp_pa
     for r in rows:
         ms = r["ms_per_step"]
         assert 0 < ms["backend"] < ms["env"] and ms["raw"] > 0
+        assert 0 < ms["work_alone"] and 0 < ms["work"] < ms["env"]
+        assert r["replay_exact"] is True
         assert r["ratio_range"][0] <= r["ratio"] <= r["ratio_range"][1]
         assert r["raw_env_steps_per_s_fidelity"] > 0
 
