@@ -23,7 +23,8 @@ median ratio to the base env's steps/s (with the rounds' range): the cost of tha
 observations, rewards, terminations, respawns) two ways, in ``rounds`` more rounds: as it
 runs, between physics steps, and alone, replayed from the same start with each step's
 physics result written back instead of computed. The difference is what running after the
-physics costs that work (caches the physics threads filled), not what its operations cost.
+physics costs that work (most likely the caches the physics threads filled), not what its
+operations cost.
 """
 
 from __future__ import annotations
@@ -244,8 +245,9 @@ def variant_config(variant: str) -> DictConfig:
 @hydra.main(config_path="../configs", config_name="benchmark_env", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     sizes = [cfg.num_envs] if cfg.num_envs else list(cfg.num_envs_list)
-    if not isinstance(cfg.inference_mode, bool):
-        raise ValueError(f"inference_mode must be true or false, got {cfg.inference_mode!r}")
+    for flag in ("inference_mode", "work_alone"):
+        if not isinstance(cfg[flag], bool):
+            raise ValueError(f"{flag} must be true or false, got {cfg[flag]!r}")
     rows = []
     print(f"robot={cfg.robot.spec} task={cfg.task.name} terrain={cfg.terrain.name} "
           f"solver={cfg.solver.name} threads={cfg.sim.nthread or 'all'} "

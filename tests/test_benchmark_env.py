@@ -85,10 +85,11 @@ def test_the_script_reports_each_n_with_its_split_and_the_fidelity_replay(tmp_pa
 
 
 @pytest.mark.subprocess
-def test_a_mode_that_is_not_a_boolean_is_refused(tmp_path):
+@pytest.mark.parametrize("flag", ["inference_mode", "work_alone"])
+def test_a_flag_that_is_not_a_boolean_is_refused(tmp_path, flag):
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "benchmark_env.py"), "num_envs=8",
-         "inference_mode=yes_please", f"hydra.run.dir={tmp_path}"],
+         f"{flag}=yes_please", f"hydra.run.dir={tmp_path}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
-    assert "inference_mode must be true or false, got 'yes_please'" in run.stderr
+    assert f"{flag} must be true or false, got 'yes_please'" in run.stderr
