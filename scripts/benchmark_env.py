@@ -29,6 +29,7 @@ operations cost.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import resource
@@ -75,6 +76,24 @@ class RawPhysics:
         self.pool.close()
 
 
+@contextlib.contextmanager
+def backend_step_timed(env: LocomotionEnv, stand_in=None):
+    """Meanwhile the env's backend step (or ``stand_in``, called in its place) is timed: the
+    yielded list holds its total seconds. The class's own method is back afterwards."""
+    step, seconds = stand_in or env.sim.step, [0.0]
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        step(*args, **kwargs)
+        seconds[0] += time.perf_counter() - start
+
+    env.sim.step = timed
+    try:
+        yield seconds
+    finally:
+        del env.sim.step
+
+
 def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
                    gen: torch.Generator) -> list[float]:
     """Seconds inside ``env.step`` over ``steps`` random-action steps, inside the backend's
@@ -82,15 +101,7 @@ def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
     right after the env took it: the same work, timed moments apart, so neither what the
     robots did nor a slow spell of the machine differs between the sides."""
     totals = [0.0] * (2 + len(raws))
-    backend_step = env.sim.step
-
-    def timed_backend_step(*args, **kwargs):
-        start = time.perf_counter()
-        backend_step(*args, **kwargs)
-        totals[1] += time.perf_counter() - start
-
-    env.sim.step = timed_backend_step
-    try:
+    with backend_step_timed(env) as backend:
         for _ in range(steps):
             state = env.sim.state.copy()
             action = torch.randn((env.num_envs, env.num_actions), generator=gen)
@@ -100,8 +111,7 @@ def paired_seconds(env: LocomotionEnv, raws: list[RawPhysics], steps: int,
             ctrl = env.ctrl.numpy()
             for i, raw in enumerate(raws, start=2):
                 totals[i] += raw.seconds(state, ctrl)
-    finally:
-        del env.sim.step  # the class's own method again
+    totals[1] = backend[0]
     return totals
 
 
@@ -112,38 +122,30 @@ def work_seconds(env: LocomotionEnv, actions: list[torch.Tensor]) -> tuple[float
     observations, as it must: same start, actions and physics results."""
     sim, start = env.sim, copy.deepcopy(env.state_dict())
     backend_step, results = sim.step, []
-    inside = [0.0, 0.0]  # seconds in the backend's step (or its stand-in) on each pass
 
     def recorded(*args, **kwargs):
-        begin = time.perf_counter()
         backend_step(*args, **kwargs)
         results.append((sim.state.copy(), sim.substep_sensordata.clone(), sim.diverged.clone()))
-        inside[0] += time.perf_counter() - begin
 
     def written_back(*args, **kwargs):
-        begin = time.perf_counter()
         state, sensors, diverged = next(replay)
         sim.state[:] = state
         sim.substep_sensordata.copy_(sensors)
         sim.diverged.copy_(diverged)
-        inside[1] += time.perf_counter() - begin
 
-    totals, ends = [0.0, 0.0], []
-    try:
-        for i, stand_in in enumerate((recorded, written_back)):
-            if i:
-                env.load_state_dict(copy.deepcopy(start))
-                replay = iter(results)
-            sim.step = stand_in
+    def own_work(stand_in) -> tuple[float, dict[str, torch.Tensor]]:
+        with backend_step_timed(env, stand_in) as inside:
+            begin = time.perf_counter()
             for action in actions:
-                begin = time.perf_counter()
                 env.step(action)
-                totals[i] += time.perf_counter() - begin
-            ends.append({k: v.clone() for k, v in env.obs.items()})
-    finally:
-        del sim.step  # the class's own method again
-    exact = all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
-    return totals[0] - inside[0], totals[1] - inside[1], exact
+            seconds = time.perf_counter() - begin - inside[0]
+        return seconds, {k: v.clone() for k, v in env.obs.items()}
+
+    between, first_end = own_work(recorded)
+    env.load_state_dict(start)
+    replay = iter(results)
+    alone, second_end = own_work(written_back)
+    return between, alone, all(torch.equal(first_end[k], second_end[k]) for k in first_end)
 
 
 def env_steps_per_s(env: LocomotionEnv, steps: int, gen: torch.Generator) -> float:
