@@ -7,8 +7,12 @@ reach the time-out, on the nominal robot (``eval_randomization``) whatever the t
 randomizes; the run stops there (or, with ``stop_at_walk=false``, trains on to
 ``max_iterations`` and still reports the first walk), or at the first check past
 ``max_wall_s`` or ``max_env_steps`` without a walk. Wall-clock counts env construction,
-the staggered warm-up and training, not the walk checks. Writes ``curve.csv`` in the run
-folder; the last line printed is one JSON object.
+the staggered warm-up and training, not the walk checks. Of the training iterations'
+wall-clock (collection and update) the JSON reports the update's share
+(``learn_fraction``) and the backend's physics steps' share (``physics_fraction``); the
+rest is the env's own work, the policy's actions and the rollout storage, the most that
+running them beside the physics could hide. Writes ``curve.csv`` in the run folder; the
+last line printed is one JSON object.
 
     python scripts/benchmark_train.py
     python scripts/benchmark_train.py num_envs=2048 reset=sync
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 
 import hydra
+from benchmark_env import backend_step_timed
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
@@ -75,7 +80,9 @@ def main(cfg: DictConfig) -> None:
         return (result["walked"] and cfg.stop_at_walk) or out_of_budget
 
     try:
-        runner.learn(int(cfg.max_iterations), should_stop=check)
+        runner.start()  # the staggered warm-up steps the physics too: not an iteration's
+        with backend_step_timed(env) as physics:
+            runner.learn(int(cfg.max_iterations), should_stop=check)
     finally:
         env.close()
         eval_env.close()
@@ -86,7 +93,8 @@ def main(cfg: DictConfig) -> None:
     if not result.get("walked"):
         result["wall_s_to_walk"] = result["env_steps_to_walk"] = None
     result.update({"env_steps_per_s": runner.env_steps / runner.train_wall_s,
-                   "learn_fraction": learn_s / total_s, "eval_s_excluded": eval_s,
+                   "learn_fraction": learn_s / total_s,
+                   "physics_fraction": physics[0] / total_s, "eval_s_excluded": eval_s,
                    "num_envs": cfg.num_envs, "reset": cfg.reset.schedule,
                    "run_dir": str(run_dir)})
     print(json.dumps(result))

@@ -125,6 +125,8 @@ def test_walk_ablation_command_trains_each_variant_and_tables_them(tmp_path):
     assert "| tiny_lr | " in summary and "s0:never | inf" in summary
     tiny_lr = json.loads((out / "runs" / "tiny_lr_s0.json").read_text())
     assert tiny_lr["overrides"][-1] == "algo.ppo.learning_rate=1e-4"
+    # the physics is part of the collection, never all of an iteration with its update
+    assert 0 < tiny_lr["physics_fraction"] < 1 - tiny_lr["learn_fraction"]
     checks = (Path(tiny_lr["run_dir"]) / "curve.csv").read_text().splitlines()
     assert [row.split(",")[1] for row in checks[1:]] == ["128", "256"]  # env steps
     again = run_module("walk_ablation", *args, tmp_path=tmp_path)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 
 from locomotion.rl import PPO, ActorCritic, PPOConfig, RolloutStorage
-from research.update_cost import time_updates
+from research.update_cost import profile_update, time_updates
 
 
 def filled_runner() -> SimpleNamespace:
@@ -42,3 +42,9 @@ def test_each_timed_update_starts_where_the_first_did():
         again.ppo.update(again.storage)
     assert not all(torch.equal(a, b) for a, b in zip(again.ppo.policy.parameters(),
                                                       once.ppo.policy.parameters(), strict=True))
+
+
+def test_the_profile_names_the_operators_and_the_matrix_products_share():
+    table, share = profile_update(filled_runner())
+    assert "aten::addmm" in table  # the networks' layers
+    assert 0 < share < 1  # the update also adds, exponentiates and steps the optimizer
